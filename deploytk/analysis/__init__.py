@@ -1,0 +1,1 @@
+"""Static analysis of a reference model: token schedule and FLOPs."""

@@ -1,0 +1,154 @@
+"""The export config: a YAML file validated on load (unknown keys are errors).
+
+Every validation failure becomes one DeploytkError naming the field, the bad value and
+what is allowed (with the YAML line for syntax errors).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationError
+
+from deploytk.errors import DeploytkError
+
+DEFAULT_CONFIG = Path("export_configs/deit_small_tome_r16.yaml")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RInflection(_Strict):
+    """ToMe's (r, inflection) schedule: linear from int(r*(1-inflection)) to 2r minus that."""
+
+    r: StrictInt = Field(ge=0)
+    inflection: StrictFloat | StrictInt = 0.0
+
+
+RSpec = StrictInt | list[StrictInt] | RInflection
+
+
+class MergeConfig(_Strict):
+    method: str = "tome"
+    r: RSpec = 16
+    prop_attn: StrictBool = True
+
+
+class ExportSettings(_Strict):
+    batch_size: StrictInt = Field(default=8, ge=1)
+    img_size: StrictInt | None = Field(default=224, ge=16)
+    opset: StrictInt = Field(default=18, ge=18, le=21)
+    precision: Literal["fp32", "fp16", "bf16"] = "fp32"
+
+
+class DeployConfig(_Strict):
+    model: str = "deit_small_patch16_224"
+    checkpoint: str | None = None
+    pretrained: StrictBool = False
+    merge: MergeConfig = MergeConfig()
+    export: ExportSettings = ExportSettings()
+
+    def r_spec(self) -> int | list[int] | tuple[int, float]:
+        """The r spec in the form ``merging.schedule.parse_r`` takes."""
+        r = self.merge.r
+        if isinstance(r, RInflection):
+            return (r.r, float(r.inflection))
+        return r
+
+
+_ALLOWED = {
+    "r": "a non-negative int, a list of non-negative ints (one per block) or {r: INT, inflection: FLOAT}",
+    "method": "a registered method name (see `deploytk inspect`)",
+    "precision": "fp32, fp16 or bf16",
+    "opset": "an int from 18 to 21",
+    "batch_size": "an int >= 1",
+    "img_size": "an int >= 16 or null (the model's default)",
+}
+
+
+def _format_validation_error(err: ValidationError, source: str) -> DeploytkError:
+    problems = []
+    for e in err.errors():
+        loc = [str(p) for p in e["loc"] if not str(p).startswith(("int", "list[", "RInflection", "function-"))]
+        field = ".".join(loc) or "(top level)"
+        if e["type"] == "extra_forbidden":
+            parent = _model_at(loc[:-1])
+            allowed = ", ".join(parent.model_fields) if parent else "see the docs"
+            problems.append(f"unknown key `{field}` (allowed keys here: {allowed})")
+            continue
+        top = next((p for p in reversed(loc) if p in _ALLOWED), None)
+        allowed = f"; allowed: {_ALLOWED[top]}" if top else ""
+        problems.append(f"`{field}` = {e.get('input')!r}: {e['msg']}{allowed}")
+    problems = list(dict.fromkeys(problems))
+    return DeploytkError(f"invalid config {source}: " + "; ".join(problems) + ".")
+
+
+def _model_at(path: list[str]):
+    model = DeployConfig
+    for p in path:
+        field = model.model_fields.get(p)
+        if field is None or not isinstance(field.annotation, type) or not issubclass(field.annotation, BaseModel):
+            return None
+        model = field.annotation
+    return model
+
+
+def config_from_dict(data: dict, source: str = "(in memory)") -> DeployConfig:
+    if not isinstance(data, dict):
+        raise DeploytkError(f"invalid config {source}: expected a mapping of keys (model, merge, export, ...), got {type(data).__name__}.")
+    try:
+        cfg = DeployConfig.model_validate(data)
+    except ValidationError as err:
+        raise _format_validation_error(err, source) from None
+    r = cfg.merge.r
+    if isinstance(r, int) and r < 0 or isinstance(r, list) and any(v < 0 for v in r):
+        raise DeploytkError(
+            f"invalid config {source}: `merge.r` = {r!r}: r must not be negative; allowed: {_ALLOWED['r']}."
+        )
+    return cfg
+
+
+def load_config(path: str | Path) -> DeployConfig:
+    """Read and validate a YAML config."""
+    path = Path(path)
+    if not path.is_file():
+        raise DeploytkError(f"config file {path} does not exist.", hint="Pass a YAML file such as export_configs/deit_small_tome_r16.yaml.")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise DeploytkError(f"config {path} is not valid YAML{where}: {problem}.") from None
+    return config_from_dict(data or {}, str(path))
+
+
+def apply_overrides(cfg: DeployConfig, **overrides) -> DeployConfig:
+    """Apply CLI overrides (model, method, r, checkpoint) and re-validate."""
+    data = cfg.model_dump()
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        if key in ("method", "r"):
+            data["merge"][key] = value
+        else:
+            data[key] = value
+    return config_from_dict(data, "(after command-line overrides)")
+
+
+def parse_r_option(text: str):
+    """--r SPEC: '16', '8,8,4' (per layer) or '16:-1' (r:inflection)."""
+    try:
+        if ":" in text:
+            r, inflection = text.split(":", 1)
+            return {"r": int(r), "inflection": float(inflection)}
+        if "," in text:
+            return [int(v) for v in text.split(",") if v.strip()]
+        return int(text)
+    except ValueError:
+        raise DeploytkError(
+            f"--r {text!r} is not a valid r spec; allowed: an int (16), a per-layer list (8,8,4) or r:inflection (16:-1)."
+        ) from None

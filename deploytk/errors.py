@@ -1,0 +1,14 @@
+"""One exception type for every user-facing failure.
+
+The CLI turns a DeploytkError into a one-paragraph message and a non-zero exit, with no
+traceback; anything else is a bug and keeps its traceback.
+"""
+
+
+class DeploytkError(Exception):
+    """A problem the user can fix: names the bad field/value and what is allowed."""
+
+    def __init__(self, message: str, *, hint: str | None = None):
+        self.message = message
+        self.hint = hint
+        super().__init__(message if hint is None else f"{message} {hint}")

@@ -1,0 +1,1 @@
+"""ONNX export: the merged reference -> one ONNX file with deploytk custom ops + a manifest."""

@@ -1,0 +1,143 @@
+"""Wrap a timm VisionTransformer so that it runs with a fixed token-merge schedule.
+
+The wrapper re-uses the timm model's own modules (so its state_dict and weights are the
+timm ones) and re-implements only the forward pass: every block runs attention, optionally
+with proportional attention, merges tokens between attention and MLP (ToMe's placement),
+and carries per-token sizes to a size-weighted average pool. With r = 0 everywhere it
+computes exactly what the timm model computes.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import deploytk.ops  # noqa: F401  (registers torch.ops.deploytk.*)
+from deploytk.errors import DeploytkError
+from deploytk.merging.schedule import TokenSchedule, cap_schedule, parse_r
+
+_SUPPORTED_POOLS = ("token", "avg", "avgmax", "max", "")
+
+
+def _check_supported(vit: nn.Module) -> None:
+    from timm.layers import Attention
+    from timm.models.vision_transformer import Block, ResPostBlock, VisionTransformer
+
+    name = type(vit).__name__
+    if not isinstance(vit, VisionTransformer):
+        raise DeploytkError(
+            f"model class {name} is not a timm VisionTransformer; deploytk supports the timm "
+            "VisionTransformer family (vit_*, deit_*, deit3_*, ...)."
+        )
+    for i, blk in enumerate(vit.blocks):
+        if type(blk) not in (Block, ResPostBlock):
+            raise DeploytkError(
+                f"block {i} is a {type(blk).__name__}; deploytk supports timm's Block and ResPostBlock "
+                "(parallel blocks are not supported)."
+            )
+        if type(blk.attn) is not Attention:
+            raise DeploytkError(
+                f"block {i} uses {type(blk.attn).__name__}; deploytk supports timm's standard Attention."
+            )
+    if getattr(vit, "attn_pool", None) is not None or vit.global_pool not in _SUPPORTED_POOLS:
+        raise DeploytkError(
+            f"global_pool={vit.global_pool!r} is not supported; allowed: token, avg, avgmax, max, ''."
+        )
+    if getattr(vit, "dynamic_img_size", False):
+        raise DeploytkError("dynamic_img_size=True models are not supported: export needs a fixed image size.")
+
+
+class MergedViT(nn.Module):
+    """A timm ViT run with a static per-layer merge schedule (the PyTorch reference).
+
+    ``schedule.effective_r[i]`` tokens are merged in block i. ``prop_attn`` adds log(size)
+    to the attention logits so merged tokens keep their weight.
+    """
+
+    def __init__(self, vit: nn.Module, r_per_layer: list[int], prop_attn: bool = True):
+        super().__init__()
+        _check_supported(vit)
+        self.vit = vit
+        self.prop_attn = prop_attn
+        self.protected = int(vit.num_prefix_tokens)  # class + distillation + register tokens
+        # ToMe keeps unmerged tokens in original order whenever there is a class token.
+        self.sort_unmerged = self.protected > 0
+        self.schedule = cap_schedule(list(r_per_layer), self.num_tokens, self.protected)
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens entering the first block: prefix tokens + patches."""
+        return self.vit.patch_embed.num_patches + self.protected
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        vit = self.vit
+        x = vit.patch_embed(x)
+        x = vit._pos_embed(x)
+        x = vit.patch_drop(x)
+        x = vit.norm_pre(x)
+        size = x.new_ones(x.shape[0], x.shape[1], 1)
+        for blk, r in zip(vit.blocks, self.schedule.effective_r):
+            x, size = self._block(blk, x, size, r)
+        x = vit.norm(x)
+        return self._head(x, size)
+
+    def _block(self, blk: nn.Module, x, size, r: int):
+        from timm.models.vision_transformer import ResPostBlock
+
+        post_norm = isinstance(blk, ResPostBlock)
+        attn_in = x if post_norm else blk.norm1(x)
+        attn_out, metric = self._attention(blk.attn, attn_in, size)
+        attn_out = blk.norm1(attn_out) if post_norm else blk.ls1(attn_out)
+        x = x + blk.drop_path1(attn_out)
+        if r > 0:
+            x, size = torch.ops.deploytk.token_merge(x, size, metric, r, self.protected, self.sort_unmerged)
+        mlp_out = blk.norm2(blk.mlp(x)) if post_norm else blk.ls2(blk.mlp(blk.norm2(x)))
+        return x + blk.drop_path2(mlp_out), size
+
+    def _attention(self, attn: nn.Module, x, size):
+        """timm Attention.forward, with proportional attention; also returns ToMe's metric."""
+        b, n, _ = x.shape
+        gate = attn.gate(x).sigmoid() if getattr(attn, "gate", None) is not None else None
+        qkv = attn.qkv(x).reshape(b, n, 3, attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        q, k = attn.q_norm(q), attn.k_norm(k)
+        if self.prop_attn:
+            out = torch.ops.deploytk.proportional_attention(q, k, v, size, float(attn.scale))
+        else:
+            out = F.scaled_dot_product_attention(q, k, v)
+        out = out.transpose(1, 2).reshape(b, n, attn.attn_dim)
+        out = attn.norm(out)
+        if gate is not None:
+            out = out * gate
+        out = attn.proj_drop(attn.proj(out))
+        return out, k.mean(1)
+
+    def _head(self, x, size):
+        vit = self.vit
+        if getattr(vit, "dist_token", None) is not None:  # distilled DeiT: average both heads
+            return (vit.head(vit.head_drop(x[:, 0])) + vit.head_dist(vit.head_drop(x[:, 1]))) / 2
+        pool = vit.global_pool
+        if pool == "token":
+            x = x[:, 0]
+        elif pool:
+            if not vit.pool_include_prefix:
+                x, size = x[:, vit.num_prefix_tokens :], size[:, vit.num_prefix_tokens :]
+            avg = (x * size).sum(dim=1) / size.sum(dim=1)  # a merged token counts `size` times
+            if pool == "avg":
+                x = avg
+            elif pool == "max":
+                x = x.amax(dim=1)
+            else:  # avgmax
+                x = 0.5 * (x.amax(dim=1) + avg)
+        x = vit.fc_norm(x)
+        x = vit.head_drop(x)
+        return vit.head(x)
+
+
+def build_schedule(vit: nn.Module, r_spec) -> list[int]:
+    """The requested per-layer r for this model from the config's r spec."""
+    return parse_r(len(vit.blocks), r_spec)
+
+
+__all__ = ["MergedViT", "TokenSchedule", "build_schedule"]

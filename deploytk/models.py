@@ -1,0 +1,113 @@
+"""Build the timm model a config names, with its weights, and the merged reference from it.
+
+Weights come from ``checkpoint`` (.safetensors, or a .pth/.pt/.bin state_dict read with
+``weights_only=True``), from timm's own download (``pretrained: true``, online only) or
+random initialisation (seeded, so every command rebuilds the same model).
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from deploytk.config import DeployConfig
+from deploytk.errors import DeploytkError
+from deploytk.merging.patch import MergedViT
+from deploytk.merging.registry import get_method
+
+RANDOM_INIT_SEED = 0
+
+
+def create_vit(cfg: DeployConfig) -> nn.Module:
+    """The plain timm model with the config's weights, in eval mode."""
+    import timm
+    from timm.models.vision_transformer import VisionTransformer
+
+    if not timm.is_model(cfg.model):
+        close = difflib.get_close_matches(cfg.model, timm.list_models(), n=3)
+        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        raise DeploytkError(f"unknown timm model {cfg.model!r} (`model`).{hint}")
+    kwargs = {"img_size": cfg.export.img_size} if cfg.export.img_size else {}
+    torch.manual_seed(RANDOM_INIT_SEED)
+    try:
+        model = timm.create_model(cfg.model, pretrained=cfg.pretrained, **kwargs)
+    except TypeError as err:  # non-ViT models reject img_size
+        if "img_size" in str(err):
+            raise DeploytkError(
+                f"model {cfg.model!r} is not a timm VisionTransformer; deploytk supports the "
+                "VisionTransformer family (vit_*, deit_*, deit3_*, ...)."
+            ) from None
+        raise
+    except Exception as err:
+        if cfg.pretrained:
+            raise DeploytkError(
+                f"timm could not download pretrained weights for {cfg.model!r}: {err}.",
+                hint="Offline, pass the weights with --checkpoint / `checkpoint:` instead of `pretrained: true`.",
+            ) from None
+        raise
+    if not isinstance(model, VisionTransformer):
+        raise DeploytkError(
+            f"model {cfg.model!r} is a {type(model).__name__}, not a timm VisionTransformer; deploytk supports "
+            "the VisionTransformer family (vit_*, deit_*, deit3_*, ...)."
+        )
+    if cfg.checkpoint:
+        load_checkpoint(model, Path(cfg.checkpoint))
+    return model.eval()
+
+
+def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    if not path.is_file():
+        raise DeploytkError(f"checkpoint {path} does not exist (`checkpoint` / --checkpoint).")
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            state = load_file(str(path), device="cpu")
+        else:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:
+        raise DeploytkError(
+            f"checkpoint {path} could not be read ({type(err).__name__}: {str(err).splitlines()[0][:200]}).",
+            hint="Expected a .safetensors file or a torch state_dict saved with torch.save (loaded with weights_only=True).",
+        ) from None
+    for key in ("model", "state_dict", "model_ema"):
+        if isinstance(state, dict) and key in state and isinstance(state[key], dict):
+            state = state[key]
+            break
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise DeploytkError(f"checkpoint {path} does not hold a state_dict (a mapping of parameter names to tensors).")
+    return state
+
+
+def load_checkpoint(model: nn.Module, path: Path) -> None:
+    """Load a state_dict strictly, naming any missing/unexpected/mis-shaped parameter."""
+    state = read_state_dict(path)
+    own = model.state_dict()
+    mismatched = [(k, tuple(state[k].shape), tuple(v.shape)) for k, v in own.items() if k in state and state[k].shape != v.shape]
+    missing = [k for k in own if k not in state]
+    unexpected = [k for k in state if k not in own]
+    problems = []
+    if mismatched:
+        k, got, want = mismatched[0]
+        more = f" (and {len(mismatched) - 1} more)" if len(mismatched) > 1 else ""
+        problems.append(f"parameter {k!r} has shape {list(got)} in the checkpoint but {list(want)} in the model{more}")
+    if missing:
+        problems.append(f"{len(missing)} parameter(s) missing from the checkpoint, e.g. {missing[:3]}")
+    if unexpected:
+        problems.append(f"{len(unexpected)} unexpected parameter(s), e.g. {unexpected[:3]}")
+    if problems:
+        raise DeploytkError(
+            f"checkpoint {path} does not match model {type(model).__name__}: " + "; ".join(problems) + ".",
+            hint="Check that `model` names the architecture the checkpoint was trained with (and its img_size).",
+        )
+    model.load_state_dict(state, strict=True)
+
+
+def build_reference(cfg: DeployConfig, vit: nn.Module | None = None) -> MergedViT:
+    """The merged PyTorch reference for a config (the ground truth for every backend)."""
+    method = get_method(cfg.merge.method)
+    vit = vit if vit is not None else create_vit(cfg)
+    return method.build(vit, cfg.r_spec(), cfg.merge.prop_attn).eval()
