@@ -1,0 +1,36 @@
+# Quickstart: `make demo` (install + export + validate + profile), then `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# A matching torch/torchvision pair from the package registry (CUDA build; runs on CPU too).
+# Do not let pip pick the CPU-only local torch file: timm then fails on torchvision::nms.
+TORCH_PAIR := torch==2.14.1 torchvision==0.29.2
+DEMO_DIR := artifacts/deit_small_tome_r16
+
+.PHONY: install demo test test-all clean
+
+install: $(BIN)/.installed
+
+$(BIN)/.installed: pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check $(TORCH_PAIR) -e ".[test]"
+	$(BIN)/python -c "import timm, torch, onnxruntime; print('installed torch', torch.__version__, 'timm', timm.__version__)"
+	touch $@
+
+demo: install
+	$(BIN)/deploytk doctor
+	$(BIN)/deploytk inspect
+	$(BIN)/deploytk export
+	$(BIN)/deploytk validate $(DEMO_DIR)
+	$(BIN)/deploytk profile $(DEMO_DIR) --batch-sizes 1,8
+
+# Default suite: CPU only, no slow/GPU/TensorRT tests. pytest's exit 5 (no tests ran) fails.
+test: install
+	$(BIN)/python -m pytest -m "not slow and not gpu and not trt" -q; rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests"; exit 1; fi; exit $$rc
+
+test-all: install
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf artifacts .pytest_cache

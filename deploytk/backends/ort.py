@@ -1,0 +1,39 @@
+"""ONNX Runtime sessions for deploytk models (the custom ops run through their local functions)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from deploytk.errors import DeploytkError
+
+
+def ort_providers(backend: str = "ort") -> list[str]:
+    import onnxruntime as ort
+
+    available = ort.get_available_providers()
+    if backend == "ort-cuda":
+        if "CUDAExecutionProvider" not in available:
+            raise DeploytkError(
+                "backend ort-cuda needs onnxruntime-gpu's CUDAExecutionProvider, which is not available "
+                f"(providers: {', '.join(available)}).",
+                hint="Install onnxruntime-gpu on a machine with CUDA, or use --backend ort.",
+            )
+        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    return ["CPUExecutionProvider"]
+
+
+def ort_session(path: Path, backend: str = "ort", spinning: bool = True):
+    """A session with full graph optimisation.
+
+    ``spinning=False`` stops idle intra-op threads from busy-waiting: when two sessions run
+    alternately (profiling), one session's spinning threads would otherwise steal cores
+    from the other.
+    """
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    if not spinning:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.log_severity_level = 3
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(str(path), options, providers=ort_providers(backend))

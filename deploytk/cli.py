@@ -1,0 +1,264 @@
+"""The deploytk command line: export | validate | profile | inspect | build | doctor.
+
+Every command exits 0 on success; a DeploytkError prints one paragraph to stderr and exits
+2 (validate exits 1 when the comparison fails). ``--json`` prints exactly one JSON object
+on stdout and nothing else there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from deploytk.errors import DeploytkError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, help=__doc__.splitlines()[0])
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+out_console = Console(highlight=False, soft_wrap=True)
+
+DEFAULT_CONFIG = Path("export_configs/deit_small_tome_r16.yaml")
+
+
+def _fail(message: str, code: int = 2):
+    err_console.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def handle_errors(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except DeploytkError as err:
+            _fail(str(err))
+        except KeyboardInterrupt:
+            _fail("interrupted; nothing was written.", 130)
+
+    return wrapper
+
+
+@contextlib.contextmanager
+def progress(enabled: bool = True):
+    """A spinner on stderr with the current step; yields step(msg)."""
+    if not enabled:
+        yield lambda msg: None
+        return
+    with err_console.status("starting") as status:
+        yield lambda msg: status.update(f"[cyan]{msg}...")
+
+
+def _emit_json(obj: dict) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2) + "\n")
+
+
+def _load(config: Path, **overrides):
+    from deploytk.config import apply_overrides, load_config, parse_r_option
+
+    cfg = load_config(config)
+    if overrides.get("r") is not None:
+        overrides["r"] = parse_r_option(overrides["r"])
+    return apply_overrides(cfg, **overrides)
+
+
+@app.command()
+@handle_errors
+def export(
+    config: Path = typer.Argument(DEFAULT_CONFIG, help="Export config YAML."),
+    checkpoint: Optional[Path] = typer.Option(None, help=".safetensors or .pth state_dict to load."),
+    output: Optional[Path] = typer.Option(None, help="Artifact directory (default artifacts/<config stem>/)."),
+    model: Optional[str] = typer.Option(None, help="Override `model` (a timm ViT name)."),
+    method: Optional[str] = typer.Option(None, help="Override `merge.method`."),
+    r: Optional[str] = typer.Option(None, "--r", help="Override `merge.r`: 16 | 8,8,4 | 16:-1 (r:inflection)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the manifest as JSON on stdout."),
+):
+    """Export CONFIG to DIR/model.onnx + DIR/manifest.json (written atomically)."""
+    from deploytk.export.pipeline import run_export
+
+    cfg = _load(config, checkpoint=str(checkpoint) if checkpoint else None, model=model, method=method, r=r)
+    output = output or Path("artifacts") / config.stem
+    with progress() as step:
+        manifest = run_export(cfg, output, step)
+    if json_out:
+        _emit_json({"output": str(output), **manifest})
+        return
+    s = manifest["schedule"]
+    out_console.print(
+        f"[green]exported[/] {cfg.model} ({cfg.merge.method}, r={cfg.merge.r}) -> {output}/model.onnx "
+        f"in {manifest['onnx']['export_seconds']} s\n"
+        f"  tokens per layer: {s['tokens_per_layer']} -> {s['tokens_out']}\n"
+        f"  GFLOPs: {manifest['gflops']:.2f} (unmerged {manifest['dense_gflops']:.2f})   custom ops: {manifest['custom_ops']}"
+    )
+    if s["capped"]:
+        out_console.print(f"  [yellow]note:[/] r was capped per layer (ToMe's rule): effective r = {s['effective_r']}")
+
+
+@app.command()
+@handle_errors
+def validate(
+    directory: Path = typer.Argument(..., help="Artifact directory written by `deploytk export`."),
+    backend: str = typer.Option("ort", help="ort | ort-cuda | trt"),
+    images: Optional[Path] = typer.Option(None, help="Folder of real images (default: 64 seeded synthetic images)."),
+    num_images: int = typer.Option(64, help="Images to compare."),
+    batch_size: int = typer.Option(8, help="Batch size of the comparison runs."),
+    atol: float = typer.Option(1e-4, help="Absolute tolerance on logits."),
+    rtol: float = typer.Option(1e-4, help="Relative tolerance on logits."),
+    min_cosine: float = typer.Option(0.99999, help="Minimum per-image cosine similarity."),
+    min_top1: float = typer.Option(1.0, help="Minimum top-1 agreement (fraction)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
+):
+    """Compare a backend's outputs with the PyTorch reference; exit 0 = pass, 1 = fail."""
+    from deploytk.data import folder_batches, synthetic_batches
+    from deploytk.export.artifacts import require_artifact_dir
+    from deploytk.export.manifest import read_manifest
+    from deploytk.validate.validator import Tolerances, validate as run_validate
+
+    if num_images < 1 or batch_size < 1:
+        raise DeploytkError("--num-images and --batch-size must be >= 1.")
+    manifest = read_manifest(require_artifact_dir(directory))
+    img = tuple(manifest["model"]["img_size"])
+    tol = Tolerances(atol, rtol, min_cosine, min_top1)
+    with progress() as step:
+        if images is not None:
+            from deploytk.config import config_from_dict
+            from deploytk.models import create_vit
+
+            vit = create_vit(config_from_dict(manifest["config"]))
+            batches = folder_batches(images, num_images, batch_size, vit)
+        else:
+            batches = synthetic_batches(num_images, batch_size, img)
+        report = run_validate(directory, backend, batches, tol, step)
+    if json_out:
+        _emit_json(report.to_dict())
+    else:
+        table = Table(title=f"{directory}: {backend} vs PyTorch reference ({report.num_images} images)")
+        table.add_column("metric")
+        table.add_column("value", justify="right")
+        table.add_column("tolerance")
+        table.add_row("max |logit diff|", f"{report.max_abs_diff:.3e}", f"<= {atol:g} + {rtol:g}*|ref|")
+        table.add_row("max diff / max |logit|", f"{report.max_rel_diff:.3e}", "")
+        table.add_row("min cosine similarity", f"{report.cosine_similarity_min:.7f}", f">= {min_cosine}")
+        table.add_row("top-1 agreement", f"{100 * report.top1_agreement:.2f}%", f">= {100 * min_top1:.2f}%")
+        out_console.print(table)
+        out_console.print("[bold green]PASS[/]" if report.passed else "[bold red]FAIL[/]: " + ", ".join(k for k, v in report.checks.items() if not v))
+    raise typer.Exit(0 if report.passed else 1)
+
+
+@app.command()
+@handle_errors
+def profile(
+    directory: Path = typer.Argument(..., help="Artifact directory written by `deploytk export`."),
+    backend: str = typer.Option("ort", help="ort | ort-cuda | torch | trt"),
+    batch_sizes: str = typer.Option("1,8", help="Comma-separated batch sizes, e.g. 1,8,32."),
+    warmup: int = typer.Option(5, help="Warm-up runs per model and batch size."),
+    iterations: int = typer.Option(20, help="Timed runs per model and batch size (alternating)."),
+    json_out: bool = typer.Option(False, "--json", help="Print results as JSON on stdout."),
+):
+    """Latency of the merged model and of the same weights without merging, measured in one run."""
+    from deploytk.profile.profiler import profile as run_profile
+
+    try:
+        sizes = [int(v) for v in batch_sizes.split(",") if v.strip()]
+    except ValueError:
+        raise DeploytkError(f"--batch-sizes {batch_sizes!r} must be comma-separated ints, e.g. 1,8,32.") from None
+    with progress() as step:
+        result = run_profile(directory, backend, sizes, warmup, iterations, step)
+    if json_out:
+        _emit_json(result)
+        return
+    table = Table(title=f"{result['model']} {result['method']} r={result['r']} on {backend} ({result['device'].get('gpu') or result['device'].get('cpu', '')})")
+    for col in ("batch", "merged p50 ms", "p90", "p99", "mean", "img/s", "dense p50 ms", "speedup"):
+        table.add_column(col, justify="right")
+    for row in result["results"]:
+        lat, dense = row["latency_ms"], row["dense"]["latency_ms"]
+        table.add_row(str(row["batch_size"]), f"{lat['p50']:.2f}", f"{lat['p90']:.2f}", f"{lat['p99']:.2f}", f"{lat['mean']:.2f}",
+                      f"{row['throughput']:.1f}", f"{dense['p50']:.2f}", f"{row['speedup_vs_dense']:.2f}x")
+    out_console.print(table)
+
+
+@app.command()
+@handle_errors
+def inspect(
+    config: Path = typer.Argument(DEFAULT_CONFIG, help="Export config YAML."),
+    model: Optional[str] = typer.Option(None, help="Override `model`."),
+    method: Optional[str] = typer.Option(None, help="Override `merge.method`."),
+    r: Optional[str] = typer.Option(None, "--r", help="Override `merge.r`."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
+):
+    """Token schedule and GFLOPs (fvcore convention) per layer and in total; no weights needed."""
+    from deploytk.export.pipeline import flops_summary, schedule_summary
+    from deploytk.models import build_reference
+
+    cfg = _load(config, model=model, method=method, r=r).model_copy(update={"checkpoint": None, "pretrained": False})
+    with progress() as step:
+        step("building the model")
+        ref = build_reference(cfg)
+        step("counting FLOPs")
+        flops = flops_summary(ref)
+    sched = schedule_summary(ref)
+    report = {"model": cfg.model, "method": cfg.merge.method, "r": cfg.merge.r, "prop_attn": cfg.merge.prop_attn, **sched, **flops}
+    if json_out:
+        _emit_json(report)
+        return
+    table = Table(title=f"{cfg.model}  {cfg.merge.method}  r={cfg.merge.r}")
+    for col in ("block", "tokens in", "r", "GFLOPs"):
+        table.add_column(col, justify="right")
+    for i, (t, rr, g) in enumerate(zip(sched["tokens_per_layer"], sched["effective_r"], flops["gflops_per_layer"])):
+        table.add_row(str(i), str(t), str(rr), f"{g:.3f}")
+    out_console.print(table)
+    out_console.print(
+        f"total {flops['gflops']:.2f} GFLOPs (unmerged {flops['dense_gflops']:.2f}, {flops['flop_reduction']:.2f}x fewer); "
+        f"tokens out of the last block: {sched['tokens_out']}"
+    )
+    if sched["capped"]:
+        out_console.print(f"[yellow]note:[/] r capped per layer (ToMe's rule): requested {sched['requested_r']}, effective {sched['effective_r']}")
+
+
+@app.command()
+@handle_errors
+def build(directory: Path = typer.Argument(..., help="Artifact directory written by `deploytk export`.")):
+    """Build a TensorRT engine from DIR/model.onnx with the deploytk plugins (needs TensorRT)."""
+    from deploytk.backends.trt import require_tensorrt
+    from deploytk.export.artifacts import require_artifact_dir
+
+    require_artifact_dir(directory)
+    require_tensorrt("deploytk build")
+    raise DeploytkError("deploytk build: the TensorRT engine builder is not part of this version yet.")
+
+
+@app.command()
+@handle_errors
+def doctor(json_out: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout.")):
+    """Report versions, ONNX Runtime providers, GPU and TensorRT availability."""
+    from deploytk.doctor import environment_report
+
+    report = environment_report()
+    if json_out:
+        _emit_json(report)
+        return
+    table = Table(title="deploytk doctor", show_header=False)
+    table.add_column("what")
+    table.add_column("value")
+    for name, version in report["packages"].items():
+        table.add_row(name, version or "[red]not installed[/]")
+    table.add_row("onnxruntime providers", ", ".join(report["onnxruntime_providers"]) if isinstance(report["onnxruntime_providers"], list) else str(report["onnxruntime_providers"]))
+    table.add_row("torch CUDA build", str(report["torch_cuda_build"]))
+    table.add_row("GPU", report["gpu"] or "none (CPU only)")
+    table.add_row("triton", report["triton"] or "not installed")
+    table.add_row("TensorRT", report["tensorrt"] or f"[yellow]absent[/]: {report['tensorrt_hint']}")
+    out_console.print(table)
+
+
+def main():  # console-script entry point
+    app()
+
+
+if __name__ == "__main__":
+    main()

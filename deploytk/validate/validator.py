@@ -1,0 +1,124 @@
+"""`deploytk validate`: the backend against the reference rebuilt from the manifest.
+
+Polygraphy runs both runners over the same feeds and does the element-wise tolerance check
+(``CompareFunc.simple``); on top we report what deployment engineers decide by: max
+abs/rel error, cosine similarity and top-1 agreement.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from deploytk.backends.torch_runner import TorchRunner
+from deploytk.config import config_from_dict
+from deploytk.errors import DeploytkError
+from deploytk.export.artifacts import MODEL_FILE, require_artifact_dir
+from deploytk.export.manifest import read_manifest
+from deploytk.export.onnx_export import OUTPUT_NAME
+from deploytk.models import build_reference
+
+
+@dataclass
+class Tolerances:
+    atol: float = 1e-4
+    rtol: float = 1e-4
+    min_cosine: float = 0.99999
+    min_top1_agreement: float = 1.0
+
+
+@dataclass
+class ValidationReport:
+    passed: bool
+    backend: str
+    num_images: int
+    max_abs_diff: float
+    max_rel_diff: float
+    mean_abs_diff: float
+    cosine_similarity_min: float
+    top1_agreement: float
+    elementwise_passed: bool
+    tolerances: dict
+    checks: dict
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _backend_runner(backend: str, directory: Path):
+    if backend in ("ort", "ort-cuda"):
+        from polygraphy.backend.onnxrt import OnnxrtRunner
+
+        from deploytk.backends.ort import ort_session
+
+        return OnnxrtRunner(lambda: ort_session(directory / MODEL_FILE, backend), name=f"onnxruntime-{backend}")
+    if backend == "trt":
+        from deploytk.backends.trt import require_tensorrt
+
+        require_tensorrt("validate --backend trt")
+        raise DeploytkError("validate --backend trt: TensorRT engines are not built by this version yet (see `deploytk build`).")
+    raise DeploytkError(f"unknown backend {backend!r} (--backend); allowed: ort, ort-cuda, trt.")
+
+
+def compare_outputs(reference: list[np.ndarray], candidate: list[np.ndarray], tol: Tolerances) -> dict:
+    """Metrics over all images (rows) of the batched logits."""
+    ref = np.concatenate(reference).astype(np.float64)
+    out = np.concatenate(candidate).astype(np.float64)
+    diff = np.abs(out - ref)
+    cos = (ref * out).sum(-1) / np.maximum(np.linalg.norm(ref, axis=-1) * np.linalg.norm(out, axis=-1), 1e-30)
+    return {
+        "num_images": int(ref.shape[0]),
+        "max_abs_diff": float(diff.max()),
+        # relative to the logit scale: element-wise ratios blow up on logits near 0
+        "max_rel_diff": float(diff.max() / max(np.abs(ref).max(), 1e-12)),
+        "mean_abs_diff": float(diff.mean()),
+        "cosine_similarity_min": float(cos.min()),
+        "top1_agreement": float((ref.argmax(-1) == out.argmax(-1)).mean()),
+    }
+
+
+def validate(directory: Path, backend: str, batches: list[np.ndarray] | None, tol: Tolerances, step=lambda m: None):
+    from polygraphy.comparator import Comparator, CompareFunc
+    from polygraphy.logger import G_LOGGER
+
+    directory = require_artifact_dir(directory)
+    manifest = read_manifest(directory)
+    cfg = config_from_dict(manifest["config"], f"{directory}/manifest.json")
+    step("rebuilding the PyTorch reference from the manifest")
+    reference = build_reference(cfg)
+    img = tuple(manifest["model"]["img_size"])
+    if batches is None:
+        from deploytk.data import synthetic_batches
+
+        batches = synthetic_batches(64, 8, img)
+    feeds = [{"input": b} for b in batches]
+    runners = [TorchRunner(reference, img), _backend_runner(backend, directory)]
+    step(f"running {sum(len(b) for b in batches)} images through PyTorch and {backend}")
+    G_LOGGER.module_severity = G_LOGGER.ERROR
+    with contextlib.redirect_stdout(sys.stderr):  # Polygraphy logs to stdout; keep it for --json
+        results = Comparator.run(runners, data_loader=feeds)
+        accuracy = Comparator.compare_accuracy(
+            results, compare_func=CompareFunc.simple(atol=tol.atol, rtol=tol.rtol, check_error_stat="max")
+        )
+    elementwise_passed = bool(accuracy)
+    (_, ref_iters), (_, out_iters) = results[0], results[1]
+    metrics = compare_outputs(
+        [it[OUTPUT_NAME] for it in ref_iters], [it[OUTPUT_NAME] for it in out_iters], tol
+    )
+    checks = {
+        "max_abs_diff <= atol (+ rtol*|ref|, element-wise)": elementwise_passed,
+        "cosine_similarity_min >= min_cosine": metrics["cosine_similarity_min"] >= tol.min_cosine,
+        "top1_agreement >= min_top1_agreement": metrics["top1_agreement"] >= tol.min_top1_agreement,
+    }
+    return ValidationReport(
+        passed=all(checks.values()),
+        backend=backend,
+        elementwise_passed=elementwise_passed,
+        tolerances=asdict(tol),
+        checks=checks,
+        **metrics,
+    )
