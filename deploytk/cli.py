@@ -91,7 +91,7 @@ def export(
         return
     s = manifest["schedule"]
     out_console.print(
-        f"[green]exported[/] {cfg.model} ({cfg.merge.method}, r={cfg.merge.r}) -> {output}/model.onnx "
+        f"[green]exported[/] {cfg.model} ({cfg.merge.method}, r={cfg.merge.model_dump(mode='json')['r']}) -> {output}/model.onnx "
         f"in {manifest['onnx']['export_seconds']} s\n"
         f"  tokens per layer: {s['tokens_per_layer']} -> {s['tokens_out']}\n"
         f"  GFLOPs: {manifest['gflops']:.2f} (unmerged {manifest['dense_gflops']:.2f})   custom ops: {manifest['custom_ops']}"
@@ -203,11 +203,11 @@ def inspect(
         step("counting FLOPs")
         flops = flops_summary(ref)
     sched = schedule_summary(ref)
-    report = {"model": cfg.model, "method": cfg.merge.method, "r": cfg.merge.r, "prop_attn": cfg.merge.prop_attn, **sched, **flops}
+    report = {"model": cfg.model, "method": cfg.merge.method, "r": cfg.merge.model_dump(mode="json")["r"], "prop_attn": cfg.merge.prop_attn, **sched, **flops}
     if json_out:
         _emit_json(report)
         return
-    table = Table(title=f"{cfg.model}  {cfg.merge.method}  r={cfg.merge.r}")
+    table = Table(title=f"{cfg.model}  {cfg.merge.method}  r={report['r']}")
     for col in ("block", "tokens in", "r", "GFLOPs"):
         table.add_column(col, justify="right")
     for i, (t, rr, g) in enumerate(zip(sched["tokens_per_layer"], sched["effective_r"], flops["gflops_per_layer"])):
@@ -257,6 +257,12 @@ def doctor(json_out: bool = typer.Option(False, "--json", help="Print the report
 
 
 def main():  # console-script entry point
+    import warnings
+
+    # fvcore's tracer and torch.onnx emit deprecation chatter that says nothing to a user
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", category=UserWarning)
     app()
 
 

@@ -1,0 +1,43 @@
+"""Shared helpers: deterministic weights that do not depend on timm's or torch's init code."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+os.environ.setdefault("OMP_NUM_THREADS", "2")
+
+
+def seeded_init(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    """Fill every parameter from numpy's generator (norm weights around 1, the rest ~N(0, 0.05))."""
+    rng = np.random.default_rng(seed)
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters()):
+            values = rng.standard_normal(tuple(p.shape)).astype(np.float32) * 0.05
+            if "norm" in name and name.endswith("weight"):
+                values += 1.0
+            p.copy_(torch.from_numpy(values))
+    return model.eval()
+
+
+def seeded_images(n: int, img: int = 224, seed: int = 0) -> torch.Tensor:
+    return torch.from_numpy(np.random.default_rng(seed).standard_normal((n, 3, img, img)).astype(np.float32))
+
+
+def has_gpu() -> bool:
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    from deploytk.backends.trt import tensorrt_version
+
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU; none is visible to torch on this machine")
+    skip_trt = pytest.mark.skip(reason="needs TensorRT (libnvinfer), which is not installed here")
+    for item in items:
+        if "gpu" in item.keywords and not has_gpu():
+            item.add_marker(skip_gpu)
+        if "trt" in item.keywords and tensorrt_version() is None:
+            item.add_marker(skip_trt)

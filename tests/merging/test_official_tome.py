@@ -1,0 +1,29 @@
+"""deploytk's ToMe reference against outputs recorded from the official ToMe implementation."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import timm
+import torch
+
+from conftest import seeded_images, seeded_init
+from deploytk.merging.patch import MergedViT, build_schedule
+
+RECORDED = np.load(Path(__file__).parent.parent / "data" / "tome_official_logits.npz")
+
+
+@pytest.mark.parametrize(
+    "key,name,r",
+    [
+        ("deit_tiny_r13", "deit_tiny_patch16_224", 13),
+        ("deit_tiny_distilled_r8_inflect", "deit_tiny_distilled_patch16_224", (8, -1.0)),
+        ("deit_tiny_list", "deit_tiny_patch16_224", [20, 0, 12, 30]),
+    ],
+)
+def test_matches_official_tome(key, name, r):
+    vit = seeded_init(timm.create_model(name), seed=1)
+    model = MergedViT(vit, build_schedule(vit, r), prop_attn=True)
+    with torch.no_grad():
+        got = model(seeded_images(2, seed=2)).numpy()
+    np.testing.assert_allclose(got, RECORDED[key], rtol=0, atol=1e-4)

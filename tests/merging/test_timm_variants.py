@@ -1,0 +1,79 @@
+"""Every supported timm ViT feature: r = 0 equals timm; r > 0 exported ONNX equals the reference."""
+
+import numpy as np
+import pytest
+import timm
+import torch
+
+from conftest import seeded_init
+from deploytk.backends.ort import ort_session
+from deploytk.errors import DeploytkError
+from deploytk.export.onnx_export import custom_op_counts, export_model
+from deploytk.merging.patch import MergedViT, build_schedule
+
+# small depth/width keeps export fast; each entry exercises one timm feature
+VARIANTS = {
+    "plain_vit": ("vit_small_patch16_224", dict(depth=4)),
+    "distilled_deit": ("deit_tiny_distilled_patch16_224", dict(depth=4)),
+    "deit3_layerscale": ("deit3_small_patch16_224", dict(depth=4)),
+    "qk_norm": ("vit_small_patch16_224", dict(depth=4, qk_norm=True)),
+    "registers_gap": ("vit_base_patch16_reg4_gap_256", dict(depth=3, embed_dim=192, num_heads=3)),
+    "avg_pool_no_cls": ("vit_small_patch16_224", dict(depth=4, global_pool="avg", class_token=False, fc_norm=True)),
+    "other_img_size": ("deit_tiny_patch16_224", dict(depth=4, img_size=160)),
+    "res_post_norm": ("vit_small_patch16_224", dict(depth=3, block_fn=timm.models.vision_transformer.ResPostBlock)),
+}
+
+
+def build(name, kwargs):
+    return seeded_init(timm.create_model(name, **kwargs), seed=3)
+
+
+def images(vit, n=3):
+    h, w = vit.patch_embed.img_size
+    return torch.from_numpy(np.random.default_rng(4).standard_normal((n, 3, h, w)).astype(np.float32))
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_r0_reproduces_timm(variant):
+    vit = build(*VARIANTS[variant])
+    x = images(vit)
+    with torch.no_grad():
+        torch.testing.assert_close(MergedViT(vit, [0] * len(vit.blocks))(x), vit(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_onnx_equals_reference_with_merging(variant, tmp_path):
+    vit = build(*VARIANTS[variant])
+    model = MergedViT(vit, build_schedule(vit, 24))
+    assert all(r > 0 for r in model.schedule.effective_r)
+    x = images(vit)
+    proto = export_model(model, tuple(vit.patch_embed.img_size), 2, 18, tmp_path / "m.onnx")
+    assert custom_op_counts(proto) == {"TokenMerge": len(vit.blocks), "ProportionalAttention": len(vit.blocks)}
+    got = ort_session(tmp_path / "m.onnx").run(None, {"input": x.numpy()})[0]
+    with torch.no_grad():
+        want = model(x).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    # merging really changed the output (the test could fail)
+    with torch.no_grad():
+        assert np.abs(vit(x).numpy() - want).max() > 1e-3
+
+
+def test_size_weighted_average_pool():
+    vit = build("vit_small_patch16_224", dict(depth=2, global_pool="avg", class_token=False, fc_norm=True))
+    model = MergedViT(vit, [40, 30])
+    x = images(vit, 1)
+    with torch.no_grad():
+        feats = vit.norm_pre(vit.patch_drop(vit._pos_embed(vit.patch_embed(x))))
+        size = torch.ones_like(feats[..., :1])
+        for blk, r in zip(vit.blocks, model.schedule.effective_r):
+            feats, size = model._block(blk, feats, size, r)
+        feats = vit.norm(feats)
+        want = vit.head(vit.fc_norm((feats * size).sum(1) / size.sum(1)))
+        torch.testing.assert_close(model(x), want)
+        assert size.sum().item() == 196  # every patch is counted once
+
+
+def test_unsupported_pool_is_rejected():
+    vit = timm.create_model("vit_small_patch16_224", depth=1, global_pool="map")
+    with pytest.raises(DeploytkError, match="global_pool='map' is not supported; allowed: token, avg"):
+        MergedViT(vit, [0])

@@ -1,0 +1,138 @@
+"""Bad input: one clear paragraph naming the field/value, exit 2, no traceback, nothing written."""
+
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from deploytk.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "export_configs" / "deit_tiny_tome_r8.yaml"
+runner = CliRunner()
+
+
+def write_config(tmp_path, text):
+    path = tmp_path / "cfg.yaml"
+    path.write_text(text)
+    return path
+
+
+def export_fails(tmp_path, *args, match):
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["export", *[str(a) for a in args], "--output", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert match in " ".join(result.output.split()), result.output
+    assert not out.exists(), "a failed export must leave no artifact"
+    assert not any(p.name.startswith(".out") for p in tmp_path.iterdir()), "no temp dir left behind"
+    return result.output
+
+
+def test_unknown_config_key(tmp_path):
+    cfg = write_config(tmp_path, "model: deit_tiny_patch16_224\nmerge:\n  method: tome\n  rr: 8\n")
+    export_fails(tmp_path, cfg, match="unknown key `merge.rr` (allowed keys here: method, r, prop_attn)")
+
+
+def test_yaml_syntax_error_names_the_line(tmp_path):
+    cfg = write_config(tmp_path, "model: deit_tiny_patch16_224\nmerge:\n  r: [8, 8\n  method: tome\n")
+    export_fails(tmp_path, cfg, match="is not valid YAML at line 4")
+
+
+def test_unknown_timm_model(tmp_path):
+    export_fails(tmp_path, CONFIG, "--model", "deit_smal_patch16_224", match="unknown timm model 'deit_smal_patch16_224' (`model`). Did you mean: deit_small_patch16_224")
+
+
+def test_non_vit_model(tmp_path):
+    export_fails(tmp_path, CONFIG, "--model", "resnet18", match="'resnet18' is not a timm VisionTransformer")
+
+
+def test_unknown_method(tmp_path):
+    export_fails(tmp_path, CONFIG, "--method", "tomee", match="unknown merge method 'tomee' (`merge.method`); available: tome")
+
+
+def test_negative_r(tmp_path):
+    cfg = write_config(tmp_path, "model: deit_tiny_patch16_224\nmerge:\n  r: -4\n")
+    export_fails(tmp_path, cfg, match="`merge.r` = -4: r must not be negative")
+
+
+def test_non_numeric_r(tmp_path):
+    cfg = write_config(tmp_path, "model: deit_tiny_patch16_224\nmerge:\n  r: lots\n")
+    export_fails(tmp_path, cfg, match="`merge.r` = 'lots'")
+    export_fails(tmp_path, CONFIG, "--r", "abc", match="--r 'abc' is not a valid r spec")
+
+
+def test_r_above_cap_is_legal_and_reported(tmp_path):
+    result = runner.invoke(app, ["inspect", str(CONFIG), "--r", "500", "--json"])
+    assert result.exit_code == 0, result.output
+    import json
+
+    report = json.loads(result.stdout)
+    assert report["capped"] and report["effective_r"][0] == 98
+
+
+def test_missing_checkpoint(tmp_path):
+    export_fails(tmp_path, CONFIG, "--checkpoint", tmp_path / "nope.pth", match="nope.pth does not exist")
+
+
+def test_corrupt_checkpoint(tmp_path):
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"not a safetensors file")
+    export_fails(tmp_path, CONFIG, "--checkpoint", bad, match="bad.safetensors could not be read")
+    bad_pth = tmp_path / "bad.pth"
+    bad_pth.write_bytes(b"garbage")
+    export_fails(tmp_path, CONFIG, "--checkpoint", bad_pth, match="bad.pth could not be read")
+
+
+def test_mismatched_checkpoint_names_parameter_and_shapes(tmp_path):
+    import timm
+    from safetensors.torch import save_file
+
+    small = timm.create_model("deit_small_patch16_224", depth=1)
+    ckpt = tmp_path / "small.safetensors"
+    save_file(small.state_dict(), str(ckpt))
+    out = export_fails(tmp_path, CONFIG, "--checkpoint", ckpt, match="does not match model VisionTransformer")
+    assert "parameter 'cls_token' has shape [1, 1, 384] in the checkpoint but [1, 1, 192] in the model" in " ".join(out.split())
+
+
+def test_checkpoint_round_trip_loads(tmp_path):
+    """A correct checkpoint (torch.save state_dict) is accepted: the mismatch test can fail."""
+    import timm
+
+    from deploytk.config import config_from_dict
+    from deploytk.models import create_vit
+
+    tiny = timm.create_model("deit_tiny_patch16_224")
+    with torch.no_grad():
+        tiny.head.bias.fill_(0.5)
+    path = tmp_path / "tiny.pth"
+    torch.save(tiny.state_dict(), path)
+    vit = create_vit(config_from_dict({"model": "deit_tiny_patch16_224", "checkpoint": str(path)}))
+    assert torch.all(vit.head.bias == 0.5)
+
+
+@pytest.mark.parametrize("command", ["validate", "profile"])
+def test_missing_artifact_directory(tmp_path, command):
+    result = runner.invoke(app, [command, str(tmp_path / "missing")])
+    assert result.exit_code == 2
+    assert "artifact directory" in result.output and "does not exist" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_directory_without_model_is_not_an_artifact(tmp_path):
+    result = runner.invoke(app, ["validate", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "model.onnx is missing" in result.output
+
+
+def test_tensorrt_commands_fail_cleanly_without_tensorrt(tmp_path):
+    from deploytk.backends.trt import tensorrt_version
+
+    if tensorrt_version() is not None:
+        pytest.skip("TensorRT is installed here")
+    (tmp_path / "model.onnx").write_bytes(b"")
+    (tmp_path / "manifest.json").write_text("{}")
+    result = runner.invoke(app, ["build", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "needs TensorRT, which is not installed" in result.output
