@@ -18,13 +18,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from deploytk.config import DEFAULT_CONFIG
 from deploytk.errors import DeploytkError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, help=__doc__.splitlines()[0])
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 out_console = Console(highlight=False, soft_wrap=True)
 
-DEFAULT_CONFIG = Path("export_configs/deit_small_tome_r16.yaml")
 
 
 def _fail(message: str, code: int = 2):
@@ -122,7 +122,7 @@ def validate(
 
     if num_images < 1 or batch_size < 1:
         raise DeploytkError("--num-images and --batch-size must be >= 1.")
-    manifest = read_manifest(require_artifact_dir(directory))
+    manifest = read_manifest(require_artifact_dir(directory), verify_model=False)  # validate() checks the hash
     img = tuple(manifest["model"]["img_size"])
     tol = Tolerances(atol, rtol, min_cosine, min_top1)
     with progress() as step:

@@ -75,7 +75,7 @@ def _runners(backend: str, directory: Path, manifest: dict, step):
                     model(x)
             return run
 
-        return torch_fn(merged), torch_fn(dense), lambda b: torch.randn(b, 3, *img), img
+        return torch_fn(merged), torch_fn(dense), lambda b: torch.randn(b, 3, *img)
     if backend in ("ort", "ort-cuda"):
         from deploytk.backends.ort import ort_session
 
@@ -86,7 +86,7 @@ def _runners(backend: str, directory: Path, manifest: dict, step):
         def ort_fn(session):
             return lambda x: session.run(None, {INPUT_NAME: x})
 
-        return ort_fn(sessions[0]), ort_fn(sessions[1]), lambda b: np.random.default_rng(0).standard_normal((b, 3, *img), dtype=np.float32), img
+        return ort_fn(sessions[0]), ort_fn(sessions[1]), lambda b: np.random.default_rng(0).standard_normal((b, 3, *img), dtype=np.float32)
     if backend == "trt":
         from deploytk.backends.trt import require_tensorrt
 
@@ -102,7 +102,7 @@ def profile(directory: Path, backend: str, batch_sizes: list[int], warmup: int, 
         raise DeploytkError("--warmup must be >= 0 and --iterations >= 1.")
     directory = require_artifact_dir(directory)
     manifest = read_manifest(directory)
-    run_merged, run_dense, make_input, _ = _runners(backend, directory, manifest, step)
+    run_merged, run_dense, make_input = _runners(backend, directory, manifest, step)
     results = []
     for b in batch_sizes:
         x = make_input(b)

@@ -64,7 +64,7 @@ def _backend_runner(backend: str, directory: Path):
     raise DeploytkError(f"unknown backend {backend!r} (--backend); allowed: ort, ort-cuda, trt.")
 
 
-def compare_outputs(reference: list[np.ndarray], candidate: list[np.ndarray], tol: Tolerances) -> dict:
+def compare_outputs(reference: list[np.ndarray], candidate: list[np.ndarray]) -> dict:
     """Metrics over all images (rows) of the batched logits."""
     ref = np.concatenate(reference).astype(np.float64)
     out = np.concatenate(candidate).astype(np.float64)
@@ -107,7 +107,7 @@ def validate(directory: Path, backend: str, batches: list[np.ndarray] | None, to
     elementwise_passed = bool(accuracy)
     (_, ref_iters), (_, out_iters) = results[0], results[1]
     metrics = compare_outputs(
-        [it[OUTPUT_NAME] for it in ref_iters], [it[OUTPUT_NAME] for it in out_iters], tol
+        [it[OUTPUT_NAME] for it in ref_iters], [it[OUTPUT_NAME] for it in out_iters]
     )
     checks = {
         "max_abs_diff <= atol (+ rtol*|ref|, element-wise)": elementwise_passed,
