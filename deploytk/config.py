@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 
 from deploytk.errors import DeploytkError
 
@@ -46,6 +46,8 @@ class ExportSettings(_Strict):
 
 class DeployConfig(_Strict):
     model: str = "deit_small_patch16_224"
+    #: extra keyword arguments for timm.create_model (num_classes, patch_size, embed_dim, ...)
+    model_kwargs: dict[str, StrictInt | StrictFloat | StrictBool | StrictStr] = {}
     checkpoint: str | None = None
     pretrained: StrictBool = False
     merge: MergeConfig = MergeConfig()

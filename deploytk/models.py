@@ -30,11 +30,20 @@ def create_vit(cfg: DeployConfig) -> nn.Module:
         close = difflib.get_close_matches(cfg.model, timm.list_models(), n=3)
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
         raise DeploytkError(f"unknown timm model {cfg.model!r} (`model`).{hint}")
-    kwargs = {"img_size": cfg.export.img_size} if cfg.export.img_size else {}
+    kwargs = dict(cfg.model_kwargs)
+    if "img_size" in kwargs:
+        raise DeploytkError("`model_kwargs.img_size` is not allowed: set `export.img_size` instead.")
+    if cfg.export.img_size:
+        kwargs["img_size"] = cfg.export.img_size
     torch.manual_seed(RANDOM_INIT_SEED)
     try:
         model = timm.create_model(cfg.model, pretrained=cfg.pretrained, **kwargs)
-    except TypeError as err:  # non-ViT models reject img_size
+    except TypeError as err:  # non-ViT models reject img_size; unknown model_kwargs land here too
+        bad = [k for k in cfg.model_kwargs if k in str(err)]
+        if bad:
+            raise DeploytkError(
+                f"timm model {cfg.model!r} does not accept `model_kwargs.{bad[0]}` ({err})."
+            ) from None
         if "img_size" in str(err):
             raise DeploytkError(
                 f"model {cfg.model!r} is not a timm VisionTransformer; deploytk supports the "
