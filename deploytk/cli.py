@@ -203,7 +203,10 @@ def inspect(
         step("counting FLOPs")
         flops = flops_summary(ref)
     sched = schedule_summary(ref)
-    report = {"model": cfg.model, "method": cfg.merge.method, "r": cfg.merge.model_dump(mode="json")["r"], "prop_attn": cfg.merge.prop_attn, **sched, **flops}
+    from deploytk.export.pipeline import method_summary
+
+    report = {"model": cfg.model, "method": cfg.merge.method, "r": cfg.merge.model_dump(mode="json")["r"], "prop_attn": cfg.merge.prop_attn,
+              "method_options": method_summary(cfg)["options"], **sched, **flops}
     if json_out:
         _emit_json(report)
         return
@@ -213,12 +216,105 @@ def inspect(
     for i, (t, rr, g) in enumerate(zip(sched["tokens_per_layer"], sched["effective_r"], flops["gflops_per_layer"])):
         table.add_row(str(i), str(t), str(rr), f"{g:.3f}")
     out_console.print(table)
+    shown = {k: v for k, v in report["method_options"].items() if k != "calibration"}
+    if shown:
+        out_console.print(f"{cfg.merge.method} options: " + ", ".join(f"{k}={v}" for k, v in shown.items()))
     out_console.print(
         f"total {flops['gflops']:.2f} GFLOPs (unmerged {flops['dense_gflops']:.2f}, {flops['flop_reduction']:.2f}x fewer); "
         f"tokens out of the last block: {sched['tokens_out']}"
     )
     if sched["capped"]:
         out_console.print(f"[yellow]note:[/] r capped per layer (ToMe's rule): requested {sched['requested_r']}, effective {sched['effective_r']}")
+
+
+@app.command()
+@handle_errors
+def methods(json_out: bool = typer.Option(False, "--json", help="Print the methods as JSON on stdout.")):
+    """List the token-reduction methods (`merge.method`) with their options (`merge.options`)."""
+    from deploytk.merging.registry import METHODS
+
+    report = []
+    for m in METHODS.values():
+        opts = [
+            {"name": name, "type": str(f.annotation).replace("typing.", ""), "default": f.default, "description": f.description or ""}
+            for name, f in m.options.model_fields.items()
+        ]
+        report.append({"name": m.name, "summary": m.summary, "uses_r": m.uses_r, "ops": list(m.ops), "options": opts})
+    if json_out:
+        _emit_json({"methods": report})
+        return
+    table = Table(title="token-reduction methods (merge.method / merge.options)", show_lines=True)
+    for col in ("method", "what it does", "options (default)"):
+        table.add_column(col)
+    for m in report:
+        opts = "\n".join(f"{o['name']} = {o['default']!r}: {o['description']}" for o in m["options"]) or "-"
+        r_note = "" if m["uses_r"] else " Uses keep_rate, not merge.r."
+        table.add_row(m["name"], f"{m['summary']}.{r_note}\nops: {', '.join(m['ops'])}", opts)
+    out_console.print(table)
+
+
+@app.command()
+@handle_errors
+def calibrate(
+    config: Path = typer.Argument(..., help="Config YAML with `merge.method: atm`."),
+    images: Optional[Path] = typer.Option(None, help="Folder of calibration images (timm preprocessing)."),
+    synthetic: Optional[int] = typer.Option(None, help="Use N seeded synthetic images instead of --images."),
+    num_images: int = typer.Option(256, help="Calibration images taken from --images."),
+    batch_size: int = typer.Option(16, help="Calibration batch size (ATM's r is adaptive per batch)."),
+    quantile: float = typer.Option(0.5, help="Per-layer statistic over batches: this quantile of ATM's r (0.5 = median)."),
+    output: Optional[Path] = typer.Option(None, help="New config path (default: CONFIG's folder/<stem>_calibrated.yaml)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the calibration report as JSON on stdout."),
+):
+    """Run ATM dynamically on calibration data and write a config with a fixed per-layer schedule."""
+    import os
+    import tempfile
+
+    import yaml
+
+    from deploytk.data import folder_batches, synthetic_batches
+    from deploytk.merging.calibrate import calibrate as run_calibrate
+    from deploytk.models import create_vit
+
+    cfg = _load(config)
+    if (images is None) == (synthetic is None):
+        raise DeploytkError("calibration needs images: pass exactly one of --images DIR or --synthetic N.")
+    if synthetic is not None and synthetic < 1:
+        raise DeploytkError(f"--synthetic {synthetic}: calibration needs at least 1 image.")
+    if batch_size < 1 or num_images < 1:
+        raise DeploytkError("--batch-size and --num-images must be >= 1.")
+    if cfg.merge.method != "atm":
+        raise DeploytkError(f"calibration is for method atm; {config} uses {cfg.merge.method!r}.", hint="Set `merge.method: atm`.")
+    output = output or config.with_name(f"{config.stem}_calibrated.yaml")
+    with progress() as step:
+        step("loading calibration images")
+        if images is not None:
+            batches = folder_batches(images, num_images, batch_size, create_vit(cfg))
+            source = f"images: {images}"
+        else:
+            img = cfg.export.img_size or 224
+            batches = synthetic_batches(synthetic, batch_size, (img, img))
+            source = f"synthetic: {synthetic} seeded standard-normal images"
+        done = [0]
+
+        def tick():
+            done[0] += 1
+            step(f"running ATM on batch {done[0]}/{len(batches)}")
+
+        data, report = run_calibrate(cfg, batches, quantile, source, tick)
+    header = f"# Calibrated by `deploytk calibrate {config}` ({report['statistic']}).\n"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", dir=output.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(header + yaml.safe_dump(data, sort_keys=False))
+        os.replace(tmp, output)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    if json_out:
+        _emit_json({"output": str(output), **report})
+        return
+    out_console.print(f"[green]calibrated[/] {config} -> {output}\n  r per layer: {report['r']}\n  from {report['images']} images in {report['batches']} batches ({source}); {report['statistic']}")
 
 
 @app.command()
@@ -231,6 +327,42 @@ def build(directory: Path = typer.Argument(..., help="Artifact directory written
     require_artifact_dir(directory)
     require_tensorrt("deploytk build")
     raise DeploytkError("deploytk build: the TensorRT engine builder is not part of this version yet.")
+
+
+@app.command("eval")
+@handle_errors
+def eval_accuracy(
+    config: Path = typer.Argument(..., help="Export config YAML (model, weights, merge schedule)."),
+    data: Path = typer.Option(..., "--data", help="ImageFolder tree DIR/<class>/<image>; classes = sorted folder names."),
+    artifacts: Optional[Path] = typer.Option(None, "--artifacts", help="Existing `deploytk export` directory of CONFIG (default: export to a temp dir)."),
+    batch_size: int = typer.Option(64, "--batch-size", help="Images per batch."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Evaluate only N images (class-interleaved, deterministic)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
+):
+    """Top-1/top-5 on an ImageFolder of the unmerged model, the merged reference and ONNX Runtime, with GFLOPs."""
+    from deploytk.evaluate.accuracy import evaluate, scan_image_folder
+
+    if batch_size < 1:
+        raise DeploytkError(f"--batch-size {batch_size}: must be an int >= 1.")
+    scan_image_folder(data, limit)  # bad --data / --limit fail before the model is built
+    cfg = _load(config)
+    report = evaluate(cfg, data, artifacts=artifacts, batch_size=batch_size, limit=limit, config_name=str(config), console=err_console)
+    if json_out:
+        _emit_json(report)
+        return
+    k = report["topk"]
+    table = Table(title=f"{config}: {report['method']} r={report['r']} on {report['data']} ({report['num_images']} images, {report['num_classes']} classes)")
+    for col in ("model", "top-1", f"top-{k}", "GFLOPs"):
+        table.add_column(col, justify="right" if col != "model" else "left")
+    table.add_row("dense (timm, unmerged)", f"{100 * report['dense']['top1']:.2f}%", f"{100 * report['dense']['top5']:.2f}%", f"{report['dense_gflops']:.4f}")
+    table.add_row("reference (PyTorch, merged)", f"{100 * report['reference']['top1']:.2f}%", f"{100 * report['reference']['top5']:.2f}%", f"{report['gflops']:.4f}")
+    table.add_row("ONNX Runtime (merged)", f"{100 * report['ort']['top1']:.2f}%", f"{100 * report['ort']['top5']:.2f}%", f"{report['gflops']:.4f}")
+    out_console.print(table)
+    out_console.print(
+        f"ORT vs reference top-1 agreement: {100 * report['agreement']:.2f}%   "
+        f"reference vs dense: {100 * report['reference_vs_dense_agreement']:.2f}%   "
+        f"({report['seconds']['total']:.1f} s{', ONNX exported to a temporary directory' if report['artifacts'] is None else ''})"
+    )
 
 
 @app.command()

@@ -7,7 +7,7 @@ what is allowed (with the YAML line for syntax errors).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
@@ -35,6 +35,8 @@ class MergeConfig(_Strict):
     method: str = "tome"
     r: RSpec = 16
     prop_attn: StrictBool = True
+    #: method-specific options, validated by the method (see `deploytk methods`)
+    options: dict[str, Any] = {}
 
 
 class ExportSettings(_Strict):
@@ -63,7 +65,7 @@ class DeployConfig(_Strict):
 
 _ALLOWED = {
     "r": "a non-negative int, a list of non-negative ints (one per block) or {r: INT, inflection: FLOAT}",
-    "method": "a registered method name (see `deploytk inspect`)",
+    "method": "a registered method name (see `deploytk methods`)",
     "precision": "fp32, fp16 or bf16",
     "opset": "an int from 18 to 21",
     "batch_size": "an int >= 1",
@@ -110,6 +112,18 @@ def config_from_dict(data: dict, source: str = "(in memory)") -> DeployConfig:
         raise DeploytkError(
             f"invalid config {source}: `merge.r` = {r!r}: r must not be negative; allowed: {_ALLOWED['r']}."
         )
+    from deploytk.merging.registry import get_method
+
+    try:
+        method = get_method(cfg.merge.method)
+        method.parse_options(cfg.merge.options)
+    except DeploytkError as err:
+        raise DeploytkError(f"invalid config {source}: {err.message}", hint=err.hint) from None
+    if not method.uses_r and "r" in cfg.merge.model_fields_set:
+        raise DeploytkError(
+            f"invalid config {source}: method {method.name} does not use `merge.r` (it keeps `merge.options.keep_rate` of the "
+            "tokens at `merge.options.layers`); remove `merge.r`."
+        )
     return cfg
 
 
@@ -130,12 +144,12 @@ def load_config(path: str | Path) -> DeployConfig:
 
 def apply_overrides(cfg: DeployConfig, **overrides) -> DeployConfig:
     """Apply CLI overrides (model, method, r, checkpoint) and re-validate."""
-    data = cfg.model_dump()
+    data = cfg.model_dump(exclude_unset=True)  # unset stays unset (keep-rate methods reject an explicit r)
     for key, value in overrides.items():
         if value is None:
             continue
         if key in ("method", "r"):
-            data["merge"][key] = value
+            data.setdefault("merge", {})[key] = value
         else:
             data[key] = value
     return config_from_dict(data, "(after command-line overrides)")

@@ -119,4 +119,4 @@ def build_reference(cfg: DeployConfig, vit: nn.Module | None = None) -> MergedVi
     """The merged PyTorch reference for a config (the ground truth for every backend)."""
     method = get_method(cfg.merge.method)
     vit = vit if vit is not None else create_vit(cfg)
-    return method.build(vit, cfg.r_spec(), cfg.merge.prop_attn).eval()
+    return method.build(vit, cfg.r_spec(), cfg.merge.prop_attn, method.parse_options(cfg.merge.options)).eval()

@@ -35,7 +35,35 @@ def _token_merge_flops(inputs, outputs) -> int:
     return b * ((n + 1) // 2) * (n // 2) * d
 
 
+def _alternation_scores_flops(inputs, outputs) -> int:
+    # MCTF: A @ B^T on the block input, alternation split
+    b, n, d = _shape(inputs[0])
+    return b * ((n + 1) // 2) * (n // 2) * d
+
+
+def _size_split_flops(inputs, outputs) -> int:
+    # ATM size-split: small half @ large half^T (prefix excluded); protected is the 4th argument
+    b, n, d = _shape(inputs[0])
+    m = n - int(inputs[3].toIValue())
+    return b * ((m + 1) // 2) * (m // 2) * d
+
+
+def _crucial_flops(inputs, outputs) -> int:
+    # token-to-token cosine similarity [B, N, D] @ [B, D, N]
+    b, n, d = _shape(inputs[0])
+    return b * n * n * d
+
+
+def _no_flops(inputs, outputs) -> int:
+    return 0  # index selection and scatter-add: no multiply-adds in fvcore's convention
+
+
 _EXTRA_HANDLES = {
+    "deploytk::mctf_match": _alternation_scores_flops,
+    "deploytk::size_split_match": _size_split_flops,
+    "deploytk::crucial_match": _crucial_flops,
+    "deploytk::topk_select": _no_flops,
+    "deploytk::token_aggregate": _no_flops,
     "deploytk::proportional_attention": _attention_flops,
     "aten::scaled_dot_product_attention": _attention_flops,
     "deploytk::token_merge": _token_merge_flops,

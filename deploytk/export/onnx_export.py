@@ -129,5 +129,6 @@ def _custom_nodes(proto: onnx.ModelProto):
 
 
 def custom_op_counts(proto: onnx.ModelProto) -> dict[str, int]:
+    """Number of nodes of each deploytk op in the main graph (ops that do not occur are left out)."""
     counts = Counter(n.op_type for n in _custom_nodes(proto))
-    return {name: counts.get(name, 0) for name in OPS}
+    return {name: counts[name] for name in OPS if counts.get(name)}

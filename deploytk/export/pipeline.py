@@ -32,10 +32,18 @@ def schedule_summary(model: MergedViT) -> dict:
     }
 
 
+def method_summary(cfg: DeployConfig) -> dict:
+    """The method with every option resolved (defaults filled in), for the manifest."""
+    from deploytk.merging.registry import get_method
+
+    method = get_method(cfg.merge.method)
+    return {"name": method.name, "summary": method.summary, "options": method.parse_options(cfg.merge.options).model_dump(mode="json")}
+
+
 def flops_summary(model: MergedViT) -> dict:
     img = img_size_of(model)
     merged = count_flops(model, img)
-    dense = count_flops(MergedViT(model.vit, [0] * len(model.vit.blocks), model.prop_attn), img)
+    dense = count_flops(MergedViT(model.vit, [0] * len(model.vit.blocks), model.prop_attn), img)  # same weights, no reduction
     return {
         "gflops": round(merged.total_gflops, 4),
         "gflops_per_layer": [round(v, 4) for v in merged.per_block_gflops],
@@ -63,11 +71,10 @@ def run_export(cfg: DeployConfig, output: Path, step=lambda msg: None) -> dict:
         proto = export_model(model, img, cfg.export.batch_size, cfg.export.opset, tmp / MODEL_FILE)
         seconds = time.perf_counter() - t0
         counts = custom_op_counts(proto)
-        expected = {
-            "TokenMerge": sum(1 for r in model.schedule.effective_r if r > 0),
-            "ProportionalAttention": len(model.vit.blocks) if cfg.merge.prop_attn else 0,
-        }
-        if counts != expected:
+        expected = {k: v for k, v in model.expected_custom_ops().items() if v}
+        # the last size aggregation is dead code (and removed) when nothing after it reads sizes
+        slack = {"TokenAggregate": 1}
+        if set(counts) != set(expected) or any(not expected[k] - slack.get(k, 0) <= counts[k] <= expected[k] for k in expected):
             raise DeploytkError(f"internal: exported custom ops {counts} differ from the schedule's {expected}.")
         step("writing manifest")
         manifest = {
@@ -84,6 +91,7 @@ def run_export(cfg: DeployConfig, output: Path, step=lambda msg: None) -> dict:
                 "checkpoint_sha256": sha256_file(Path(cfg.checkpoint)) if cfg.checkpoint else None,
             },
             "schedule": schedule_summary(model),
+            "method": method_summary(cfg),
             **flops,
             "inputs": [{"name": INPUT_NAME, "dtype": "float32", "shape": ["batch", 3, *img]}],
             "outputs": [{"name": OUTPUT_NAME, "dtype": "float32", "shape": ["batch", int(model.vit.num_classes)]}],

@@ -63,7 +63,11 @@ class MergedViT(nn.Module):
         self.protected = int(vit.num_prefix_tokens)  # class + distillation + register tokens
         # ToMe keeps unmerged tokens in original order whenever there is a class token.
         self.sort_unmerged = self.protected > 0
-        self.schedule = cap_schedule(list(r_per_layer), self.num_tokens, self.protected)
+        self.schedule = self._plan(list(r_per_layer), self.num_tokens)
+
+    def _plan(self, requested: list[int], num_tokens: int) -> TokenSchedule:
+        """The static token counts per layer (ToMe's cap)."""
+        return cap_schedule(requested, num_tokens, self.protected)
 
     @property
     def num_tokens(self) -> int:
@@ -77,41 +81,56 @@ class MergedViT(nn.Module):
         x = vit.patch_drop(x)
         x = vit.norm_pre(x)
         size = x.new_ones(x.shape[0], x.shape[1], 1)
-        for blk, r in zip(vit.blocks, self.schedule.effective_r):
-            x, size = self._block(blk, x, size, r)
+        for i, blk in enumerate(vit.blocks):
+            x, size = self._block(i, blk, x, size)
         x = vit.norm(x)
         return self._head(x, size)
 
-    def _block(self, blk: nn.Module, x, size, r: int):
+    def expected_custom_ops(self) -> dict[str, int]:
+        """deploytk nodes the exported graph must contain (checked after export)."""
+        return {
+            "TokenMerge": sum(1 for r in self.schedule.effective_r if r > 0),
+            "ProportionalAttention": len(self.vit.blocks) if self.prop_attn else 0,
+        }
+
+    def _block(self, i: int, blk: nn.Module, x, size):
+        """One block: attention (+ residual), the layer's reduction, MLP (+ residual)."""
         from timm.models.vision_transformer import ResPostBlock
 
         post_norm = isinstance(blk, ResPostBlock)
         attn_in = x if post_norm else blk.norm1(x)
-        attn_out, metric = self._attention(blk.attn, attn_in, size)
+        attn_out, metric, cls_attn = self._attention(blk.attn, attn_in, size, self._wants_cls_attention(i))
         attn_out = blk.norm1(attn_out) if post_norm else blk.ls1(attn_out)
         x = x + blk.drop_path1(attn_out)
-        if r > 0:
-            x, size = torch.ops.deploytk.token_merge(x, size, metric, r, self.protected, self.sort_unmerged)
+        x, size = self._reduce(i, x, size, metric, cls_attn)
         mlp_out = blk.norm2(blk.mlp(x)) if post_norm else blk.ls2(blk.mlp(blk.norm2(x)))
         return x + blk.drop_path2(mlp_out), size
 
-    def _attention(self, attn: nn.Module, x, size):
-        """timm Attention.forward, with proportional attention; also returns ToMe's metric."""
+    def _wants_cls_attention(self, i: int) -> bool:
+        return False
+
+    def _reduce(self, i: int, x, size, metric, cls_attn):
+        """ToMe: merge r tokens on the attention keys (between attention and MLP)."""
+        r = self.schedule.effective_r[i]
+        if r > 0:
+            x, size = torch.ops.deploytk.token_merge(x, size, metric, r, self.protected, self.sort_unmerged)
+        return x, size
+
+    def _attention(self, attn: nn.Module, x, size, cls_attention: bool = False):
+        """timm Attention.forward, with proportional attention.
+
+        Also returns ToMe's metric (keys averaged over heads) and, if asked, the attention
+        the class token pays every token (mean over heads) [B, N].
+        """
         b, n, _ = x.shape
         gate = attn.gate(x).sigmoid() if getattr(attn, "gate", None) is not None else None
-        qkv = attn.qkv(x).reshape(b, n, 3, attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4)
-        q, k, v = qkv.unbind(0)
-        q, k = attn.q_norm(q), attn.k_norm(k)
+        q, k, v = qkv_heads(attn, x)
         if self.prop_attn:
             out = torch.ops.deploytk.proportional_attention(q, k, v, size, float(attn.scale))
         else:
             out = F.scaled_dot_product_attention(q, k, v)
-        out = out.transpose(1, 2).reshape(b, n, attn.attn_dim)
-        out = attn.norm(out)
-        if gate is not None:
-            out = out * gate
-        out = attn.proj_drop(attn.proj(out))
-        return out, k.mean(1)
+        cls_attn = attention_probs(attn, q[:, :, :1], k, size if self.prop_attn else None)[:, :, 0].mean(1) if cls_attention else None
+        return attention_output(attn, out, gate), k.mean(1), cls_attn
 
     def _head(self, x, size):
         vit = self.vit
@@ -133,6 +152,31 @@ class MergedViT(nn.Module):
         x = vit.fc_norm(x)
         x = vit.head_drop(x)
         return vit.head(x)
+
+
+def qkv_heads(attn: nn.Module, x):
+    """q, k, v [B, H, N, D] of a timm Attention (after its q/k norms)."""
+    b, n, _ = x.shape
+    qkv = attn.qkv(x).reshape(b, n, 3, attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4)
+    q, k, v = qkv.unbind(0)
+    return attn.q_norm(q), attn.k_norm(k), v
+
+
+def attention_probs(attn: nn.Module, q, k, size):
+    """softmax((q * scale) k^T [+ log size]) in plain ops: [B, H, Nq, N]."""
+    logits = (q * attn.scale) @ k.transpose(-2, -1)
+    if size is not None:
+        logits = logits + size.log()[:, None, None, :, 0]
+    return logits.softmax(dim=-1)
+
+
+def attention_output(attn: nn.Module, out, gate=None):
+    """[B, H, N, D] attention values -> timm Attention's output (norm, gate, proj)."""
+    b, _, n, _ = out.shape
+    out = attn.norm(out.transpose(1, 2).reshape(b, n, attn.attn_dim))
+    if gate is not None:
+        out = out * gate
+    return attn.proj_drop(attn.proj(out))
 
 
 def build_schedule(vit: nn.Module, r_spec) -> list[int]:

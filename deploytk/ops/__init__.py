@@ -11,7 +11,13 @@ import torch
 from onnxscript import OnnxFunction
 
 from deploytk.ops._onnx_common import DOMAIN, DOMAIN_VERSION, PLUGIN_ATTRIBUTES
+from deploytk.ops.attention_select import (
+    CrucialMatch, TopKSelect, crucial_match, topk_select, translate_crucial_match, translate_topk_select,
+)
+from deploytk.ops.mctf_match import MctfMatch, mctf_match, translate_mctf_match
 from deploytk.ops.proportional_attention import ProportionalAttention, proportional_attention
+from deploytk.ops.size_split_match import SizeSplitMatch, size_split_match, translate_size_split_match
+from deploytk.ops.token_aggregate import TokenAggregate, token_aggregate, translate_token_aggregate
 from deploytk.ops.token_merge import TokenMerge, token_merge, translate_token_merge
 
 
@@ -35,6 +41,11 @@ class CustomOp:
 OPS: dict[str, CustomOp] = {
     "TokenMerge": CustomOp("TokenMerge", "token_merge", token_merge, TokenMerge, translate_token_merge),
     "ProportionalAttention": CustomOp("ProportionalAttention", "proportional_attention", proportional_attention, ProportionalAttention),
+    "TokenAggregate": CustomOp("TokenAggregate", "token_aggregate", token_aggregate, TokenAggregate, translate_token_aggregate),
+    "MctfMatch": CustomOp("MctfMatch", "mctf_match", mctf_match, MctfMatch, translate_mctf_match),
+    "SizeSplitMatch": CustomOp("SizeSplitMatch", "size_split_match", size_split_match, SizeSplitMatch, translate_size_split_match),
+    "TopKSelect": CustomOp("TopKSelect", "topk_select", topk_select, TopKSelect, translate_topk_select),
+    "CrucialMatch": CustomOp("CrucialMatch", "crucial_match", crucial_match, CrucialMatch, translate_crucial_match),
 }
 
 
