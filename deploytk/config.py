@@ -127,6 +127,16 @@ def config_from_dict(data: dict, source: str = "(in memory)") -> DeployConfig:
     return cfg
 
 
+def config_to_dict(cfg: DeployConfig) -> dict:
+    """The resolved config as plain data that ``config_from_dict`` accepts again (for manifests)."""
+    from deploytk.merging.registry import get_method
+
+    data = cfg.model_dump(mode="json")
+    if not get_method(cfg.merge.method).uses_r:
+        data["merge"].pop("r", None)
+    return data
+
+
 def load_config(path: str | Path) -> DeployConfig:
     """Read and validate a YAML config."""
     path = Path(path)

@@ -41,8 +41,6 @@ def calibrate(cfg: DeployConfig, batches: list[np.ndarray], quantile: float, sou
             progress()
     per_layer = np.array(per_batch).T  # [depth, batches]
     r = [int(math.floor(np.quantile(vals, quantile))) for vals in per_layer]
-    if model.cls_only:
-        r[-1] = 0  # the last block keeps only the class token regardless of r
     calibration = {
         "statistic": STATISTIC.format(q=quantile),
         "quantile": quantile,

@@ -172,6 +172,8 @@ class ATMViT(MergedViT):
 
     def _reduce(self, i, x, size, metric, cls_attn):
         if self.cls_only and i == len(self.vit.blocks) - 1:
+            if self.dynamic_r is not None:
+                self.dynamic_r.append(0)  # not a merge: the schedule handles the CLS-only block itself
             return x[:, :1], size[:, :1]  # only the class token feeds the head
         size_split = i >= self.split_layer
         if self.dynamic_r is not None:  # calibration: ATM's batch-adaptive r

@@ -65,8 +65,8 @@ def test_size_weighted_average_pool():
     with torch.no_grad():
         feats = vit.norm_pre(vit.patch_drop(vit._pos_embed(vit.patch_embed(x))))
         size = torch.ones_like(feats[..., :1])
-        for blk, r in zip(vit.blocks, model.schedule.effective_r):
-            feats, size = model._block(blk, feats, size, r)
+        for i, blk in enumerate(vit.blocks):
+            feats, size = model._block(i, blk, feats, size)
         feats = vit.norm(feats)
         want = vit.head(vit.fc_norm((feats * size).sum(1) / size.sum(1)))
         torch.testing.assert_close(model(x), want)

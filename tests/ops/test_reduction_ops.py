@@ -1,0 +1,148 @@
+"""The matching/aggregation ops: ONNX bodies vs torch, and hand-computed small cases."""
+
+import math
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from onnx import TensorProto, helper
+
+import deploytk.ops  # noqa: F401
+from deploytk.errors import DeploytkError
+from deploytk.ops import OPS, PLUGIN_ATTRIBUTES
+
+ops = torch.ops.deploytk
+
+
+def run_node(op_name, inputs: dict, out_type, out_rank, **attrs):
+    """A one-node model calling the op's local function, as the exporter writes it."""
+    fn = OPS[op_name].onnx_function.to_function_proto()
+    node = helper.make_node(op_name, list(inputs), ["out"], domain="deploytk", **attrs, **PLUGIN_ATTRIBUTES)
+
+    def info(k, v):
+        return helper.make_tensor_value_info(k, TensorProto.INT64 if v.dtype == np.int64 else TensorProto.FLOAT, ["batch", *v.shape[1:]])
+
+    graph = helper.make_graph([node], "g", [info(k, v) for k, v in inputs.items()], [helper.make_tensor_value_info("out", out_type, [None] * out_rank)])
+    model = helper.make_model(graph, functions=[fn], opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("deploytk", 1)])
+    model.ir_version = 10
+    onnx.checker.check_model(model, full_check=True)
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, inputs)[0]
+
+
+@pytest.mark.parametrize(
+    "b,n,p,r,bidir", [(2, 197, 1, 16, True), (3, 198, 2, 30, True), (2, 65, 0, 8, True), (2, 197, 1, 16, False), (1, 21, 5, 4, True)]
+)
+def test_mctf_match_body_equals_torch(b, n, p, r, bidir):
+    g = torch.Generator().manual_seed(n + r)
+    metric, received = torch.randn(b, n, 12, generator=g), torch.rand(b, n, generator=g) + 0.01
+    size = torch.randint(1, 5, (b, n, 1), generator=g).float()
+    want = ops.mctf_match(metric, received, size, r, p, 1.0, 20.0, 40.0, bidir)
+    got = run_node("MctfMatch", {"metric": metric.numpy(), "received": received.numpy(), "size": size.numpy()}, TensorProto.INT64, 2,
+                   r=r, protected=p, tau_sim=1.0, tau_info=20.0, tau_size=40.0, bidirection=int(bidir), tokens=n)
+    np.testing.assert_array_equal(got, want.numpy())
+    for row in want:  # every output slot used exactly by >= 1 token; protected tokens first and alone
+        assert sorted(set(row.tolist())) == list(range(n - r))
+        assert row[:p].tolist() == list(range(p)) and all((row == s).sum() == 1 for s in range(p))
+
+
+@pytest.mark.parametrize("b,n,p,keep", [(2, 197, 1, 137), (3, 50, 2, 20), (2, 30, 0, 10)])
+def test_selection_bodies_equal_torch(b, n, p, keep):
+    g = torch.Generator().manual_seed(n)
+    scores, metric = torch.rand(b, n, generator=g), torch.randn(b, n, 8, generator=g)
+    got = run_node("TopKSelect", {"scores": scores.numpy()}, TensorProto.INT64, 2, keep=keep, protected=p, tokens=n)
+    np.testing.assert_array_equal(got, ops.topk_select(scores, keep, p).numpy())
+    got = run_node("CrucialMatch", {"metric": metric.numpy(), "scores": scores.numpy()}, TensorProto.INT64, 2, keep=keep, protected=p, tokens=n)
+    np.testing.assert_array_equal(got, ops.crucial_match(metric, scores, keep, p).numpy())
+
+
+@pytest.mark.parametrize("b,n,p,r", [(2, 197, 1, 16), (2, 100, 2, 30), (1, 65, 0, 20)])
+def test_size_split_body_equals_torch(b, n, p, r):
+    g = torch.Generator().manual_seed(n)
+    metric, size = torch.randn(b, n, 8, generator=g), torch.randint(1, 4, (b, n, 1), generator=g).float()
+    got = run_node("SizeSplitMatch", {"metric": metric.numpy(), "size": size.numpy()}, TensorProto.INT64, 2, r=r, protected=p, tokens=n)
+    np.testing.assert_array_equal(got, ops.size_split_match(metric, size, r, p).numpy())
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+def test_token_aggregate_body_and_hand_case(normalize):
+    x = torch.tensor([[[1.0, 10.0], [2.0, 20.0], [3.0, 30.0], [4.0, 40.0]]])
+    w = torch.tensor([[[1.0], [3.0], [2.0], [5.0]]])
+    dest = torch.tensor([[1, 0, 1, 2]])  # token 3 -> slot 2 = tokens_out: dropped
+    got = ops.token_aggregate(x, w, dest, 2, normalize)
+    slot0, slot1 = [6.0, 60.0], [7.0, 70.0]  # 3*[2,20]; 1*[1,10] + 2*[3,30]
+    if normalize:
+        slot0, slot1 = [2.0, 20.0], [7 / 3, 70 / 3]
+    torch.testing.assert_close(got, torch.tensor([[slot0, slot1]]))
+    body = run_node("TokenAggregate", {"x": x.numpy(), "weight": w.numpy(), "dest": dest.numpy()}, TensorProto.FLOAT, 3, tokens_out=2, normalize=int(normalize))
+    np.testing.assert_allclose(body, got.numpy(), rtol=1e-6)
+
+
+def test_topk_select_and_evit_fusion_hand_case():
+    # tokens: cls + 5; CLS attention to them; keep 2 -> tokens 4 and 2 (original order), rest -> slot 3
+    scores = torch.tensor([[0.0, 0.10, 0.30, 0.05, 0.40, 0.15]])
+    dest = ops.topk_select(scores, 2, 1)
+    assert dest.tolist() == [[0, 3, 1, 3, 2, 3]]
+    x = torch.arange(6.0).reshape(1, 6, 1)
+    weight = torch.where((dest == 3)[..., None], scores[..., None], torch.ones(1, 6, 1))
+    fused = ops.token_aggregate(x, weight, dest, 4, False)  # EViT: the rest summed with raw attention
+    assert fused.flatten().tolist() == pytest.approx([0.0, 2.0, 4.0, 0.10 * 1 + 0.05 * 3 + 0.15 * 5])
+    pruned = ops.token_aggregate(x, torch.ones(1, 6, 1), dest, 3, False)
+    assert pruned.flatten().tolist() == [0.0, 2.0, 4.0]
+
+
+def test_crucial_match_hand_case():
+    # cls + 4 tokens; crucial = the 2 with most CLS attention (tokens 1 and 3); 2 -> like 1, 4 -> like 3
+    metric = torch.tensor([[[1.0, 1.0], [1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.2, 1.0]]])
+    scores = torch.tensor([[0.0, 0.5, 0.1, 0.3, 0.1]])
+    dest = ops.crucial_match(metric, scores, 2, 1)
+    assert dest.tolist() == [[0, 1, 1, 2, 2]]
+    x = torch.tensor([[[0.0], [10.0], [20.0], [30.0], [40.0]]])
+    out = ops.token_aggregate(x, scores[..., None] + (scores[..., None] == 0), dest, 3, True)  # cls weight 1
+    assert out.flatten().tolist() == pytest.approx([0.0, (0.5 * 10 + 0.1 * 20) / 0.6, (0.3 * 30 + 0.1 * 40) / 0.4])
+
+
+def test_size_split_hand_case():
+    # no protected tokens; sizes [1, 4, 1, 4]: small half = tokens 0, 2; large = 1, 3.
+    metric = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [0.1, 1.0], [1.0, 0.1]]])
+    size = torch.tensor([[[1.0], [4.0], [1.0], [4.0]]])
+    dest = ops.size_split_match(metric, size, 1, 0)
+    # both small tokens match perfectly-ish (0 -> 3, 2 -> 1); r=1 merges the better pair
+    s03 = 1.0 / math.hypot(1.0, 0.1)  # cos(token0, token3) == cos(token2, token1); tie -> lower index (token 0)
+    assert s03 < 1
+    assert dest.tolist() == [[2, 0, 1, 2]]
+
+
+def test_mctf_match_hand_case_bidirectional():
+    # 1 protected + 5 tokens, sim only (tau_info = tau_size = 0). A = [cls, t2, t4], B = [t1, t3, t5].
+    e = torch.eye(3)
+    metric = torch.stack([e[0], e[0], e[0] * 0.9 + e[1] * 0.1, e[1], e[2], e[2] * 0.8 + e[1] * 0.2])[None]
+    received = torch.ones(1, 6)
+    size = torch.ones(1, 6, 1)
+    dest = ops.mctf_match(metric, received, size, 2, 1, 1.0, 0.0, 0.0, True)
+    # A->B (r1 = 1): t2's best is t1 ((0.994+1)/2), t4's is t5 ((0.970+1)/2) -> t2 merges into t1; unmerged A = [cls, t4].
+    # B->A (r2 = 1) over unmerged A (cls blocked): t1 -> t4 (0.5), t3 -> t4 (0.5), t5 -> t4 (0.985) -> t5 merges into t4.
+    # Output: [cls, t4 (+t5), then unmerged B by descending score, ties by index: t1 (+t2), t3].
+    assert dest.tolist() == [[0, 2, 2, 3, 1, 1]]
+    no_bidir = ops.mctf_match(metric, received, size, 2, 1, 1.0, 0.0, 0.0, False)
+    # one-directional: both A tokens merge (t2 -> t1, t4 -> t5); output [cls, t1 (+t2), t3, t5 (+t4)]
+    assert no_bidir.tolist() == [[0, 1, 1, 2, 3, 3]]
+
+
+def test_ops_reject_bad_input_before_compute():
+    m = torch.randn(2, 11, 4)
+    with pytest.raises(DeploytkError, match=r"r=6 is not allowed for 11 tokens with 1 protected; r must be in \[1, 5\]"):
+        ops.mctf_match(m, torch.rand(2, 11), torch.ones(2, 11, 1), 6, 1, 1.0, 20.0, 40.0, True)
+    with pytest.raises(DeploytkError, match="disagree on batch/token count"):
+        ops.mctf_match(m, torch.rand(3, 11), torch.ones(2, 11, 1), 2, 1, 1.0, 20.0, 40.0, True)
+    with pytest.raises(DeploytkError, match="expects metric \\[B, N, D\\]"):
+        ops.size_split_match(m[0], torch.ones(2, 11, 1), 2, 1)
+    with pytest.raises(DeploytkError, match=r"keep=10 is not allowed for 11 tokens with 1 protected; keep must be in \[1, 9\]"):
+        ops.topk_select(torch.rand(2, 11), 10, 1)
+    with pytest.raises(DeploytkError, match="expects scores \\[B, N\\] and metric"):
+        ops.crucial_match(torch.randn(2, 10, 4), torch.rand(2, 11), 3, 1)
+    with pytest.raises(DeploytkError, match="disagree on batch/token count"):
+        ops.token_aggregate(m, torch.ones(2, 11, 1), torch.zeros(3, 11, dtype=torch.long), 5, True)
+    with pytest.raises(DeploytkError, match=r"dest values must be in \[0, 5\]"):
+        ops.token_aggregate(m, torch.ones(2, 11, 1), torch.full((2, 11), 9), 5, True)
