@@ -351,7 +351,9 @@ def eval_accuracy(
         _emit_json(report)
         return
     k = report["topk"]
-    table = Table(title=f"{config}: {report['method']} r={report['r']} on {report['data']} ({report['num_images']} images, {report['num_classes']} classes)")
+    options = report["merge"].get("options") or {}
+    settings = ", ".join(f"{key}={value}" for key, value in options.items()) if options else f"r={report['r']}"
+    table = Table(title=f"{config}: {report['method']} {settings} on {report['data']} ({report['num_images']} images, {report['num_classes']} classes)")
     for col in ("model", "top-1", f"top-{k}", "GFLOPs"):
         table.add_column(col, justify="right" if col != "model" else "left")
     table.add_row("dense (timm, unmerged)", f"{100 * report['dense']['top1']:.2f}%", f"{100 * report['dense']['top5']:.2f}%", f"{report['dense_gflops']:.4f}")

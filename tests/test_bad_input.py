@@ -32,7 +32,7 @@ def export_fails(tmp_path, *args, match):
 
 def test_unknown_config_key(tmp_path):
     cfg = write_config(tmp_path, "model: deit_tiny_patch16_224\nmerge:\n  method: tome\n  rr: 8\n")
-    export_fails(tmp_path, cfg, match="unknown key `merge.rr` (allowed keys here: method, r, prop_attn)")
+    export_fails(tmp_path, cfg, match="unknown key `merge.rr` (allowed keys here: method, r, prop_attn, options)")
 
 
 def test_yaml_syntax_error_names_the_line(tmp_path):

@@ -1,0 +1,209 @@
+"""Accuracy vs GFLOPs of every digits-ViT config: top-1/top-5 of the merged PyTorch reference and of ONNX Runtime.
+
+For each ``export_configs/digits_vit_*.yaml`` (a glob, so new configs are picked up) this runs
+the ``deploytk eval`` harness on the digits val split (450 images; written to a temporary
+directory unless ``--data`` names an ImageFolder split) and writes
+
+- ``benchmarks/results/digits_accuracy_vs_gflops.json``: per config the merge settings as in
+  the config, GFLOPs, dense GFLOPs, top-1/top-5 (dense, reference, ORT), ORT-vs-reference
+  agreement, timings; plus device, versions and the command;
+- ``benchmarks/results/digits_accuracy_vs_gflops.png``: top-1 (ORT) vs GFLOPs, one marker per method;
+
+and prints a markdown table. Needs the ``bench`` extra (matplotlib).
+
+    .venv/bin/python benchmarks/accuracy_vs_gflops.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import tempfile
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+RESULTS = ROOT / "benchmarks" / "results"
+STEM = "digits_accuracy_vs_gflops"
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "<", ">", "h"]
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--configs", default="export_configs/digits_vit_*.yaml", help="Glob, relative to the repository root.")
+    p.add_argument("--data", type=Path, default=None, help="ImageFolder split to evaluate (default: the digits val split, written to a temp dir).")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--limit", type=int, default=None, help="Evaluate only N images per config.")
+    p.add_argument("--output-dir", type=Path, default=RESULTS)
+    return p.parse_args(argv)
+
+
+def versions() -> dict:
+    from deploytk.export.manifest import package_versions
+
+    out = package_versions()
+    for name in ("numpy", "scikit-learn", "pillow", "matplotlib"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def resolve_checkpoint(cfg):
+    """Config checkpoints are relative to the repository root; make them absolute."""
+    if cfg.checkpoint and not Path(cfg.checkpoint).is_absolute():
+        return cfg.model_copy(update={"checkpoint": str(ROOT / cfg.checkpoint)})
+    return cfg
+
+
+def merge_as_written(path: Path) -> dict:
+    """The config file's own `merge:` section (only the keys it sets), for labels and the table."""
+    import yaml
+
+    return (yaml.safe_load(path.read_text()) or {}).get("merge") or {}
+
+
+def settings_text(merge: dict) -> str:
+    return ", ".join(f"{k}={json.dumps(v)}" for k, v in merge.items() if k != "method") or "(defaults)"
+
+
+def row_of(path: Path, report: dict, merge: dict) -> dict:
+    return {
+        "config": str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path),
+        "label": path.stem.removeprefix("digits_vit_"),
+        "model": report["model"],
+        "model_kwargs": report["model_kwargs"],
+        "method": report["method"],
+        "merge": merge,  # as written in the config file
+        "merge_resolved": report["merge"],  # with the schema's defaults
+        "gflops": report["gflops"],
+        "dense_gflops": report["dense_gflops"],
+        "flop_reduction": round(report["dense_gflops"] / report["gflops"], 4),
+        "tokens_per_layer": report["tokens_per_layer"],
+        "tokens_out": report["tokens_out"],
+        "num_images": report["num_images"],
+        "top1": {"dense": report["dense"]["top1"], "reference": report["reference"]["top1"], "ort": report["ort"]["top1"]},
+        "top5": {"dense": report["dense"]["top5"], "reference": report["reference"]["top5"], "ort": report["ort"]["top5"]},
+        "agreement": report["agreement"],
+        "reference_vs_dense_agreement": report["reference_vs_dense_agreement"],
+        "seconds": report["seconds"],
+    }
+
+
+def plot(rows: list[dict], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+    methods = sorted({r["method"] for r in rows})
+    for i, method in enumerate(methods):
+        pts = sorted((r for r in rows if r["method"] == method), key=lambda r: r["gflops"])
+        ax.plot([r["gflops"] for r in pts], [100 * r["top1"]["ort"] for r in pts], marker=MARKERS[i % len(MARKERS)],
+                linestyle="-", label=f"{method} (ONNX Runtime)")
+    # label every point with its config name; points that (nearly) coincide get stacked labels
+    placed: list[tuple[float, float]] = []
+    xs, ys = [r["gflops"] for r in rows], [100 * r["top1"]["ort"] for r in rows]
+    dx, dy = 0.06 * (max(xs) - min(xs) or 1), 0.06 * (max(ys) - min(ys) or 1)
+    for r in sorted(rows, key=lambda r: (r["gflops"], r["label"])):
+        x, y = r["gflops"], 100 * r["top1"]["ort"]
+        stack = sum(1 for px, py in placed if abs(px - x) < dx and abs(py - y) < dy)
+        placed.append((x, y))
+        ax.annotate(r["label"], (x, y), textcoords="offset points", xytext=(6, -11 - 9 * stack), fontsize=7)
+    dense = {(r["dense_gflops"], r["top1"]["dense"]) for r in rows}
+    for j, (g, t) in enumerate(sorted(dense)):
+        ax.scatter([g], [100 * t], marker="*", s=160, color="black", zorder=3, label="dense (unmerged timm)" if j == 0 else None)
+    ax.set_xlabel("GFLOPs per image (fvcore convention)")
+    ax.set_ylabel("val top-1 (%)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def markdown(rows: list[dict], k: int) -> str:
+    lines = [
+        f"| config | method | settings (as in the config) | GFLOPs | dense GFLOPs | top-1 reference | top-1 ORT | top-{k} reference | top-{k} ORT | ORT = reference top-1 |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| `{Path(r['config']).name}` | {r['method']} | {settings_text(r['merge'])} | {r['gflops']:.4f} | {r['dense_gflops']:.4f} | "
+            f"{100 * r['top1']['reference']:.2f}% | {100 * r['top1']['ort']:.2f}% | {100 * r['top5']['reference']:.2f}% | "
+            f"{100 * r['top5']['ort']:.2f}% | {100 * r['agreement']:.2f}% |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from rich.console import Console
+
+    from deploytk.config import load_config
+    from deploytk.errors import DeploytkError
+    from deploytk.evaluate.accuracy import device_info, evaluate
+    from deploytk.evaluate.digits import write_digits_imagefolder
+
+    console = Console(stderr=True, highlight=False)
+    configs = sorted(ROOT.glob(args.configs))
+    if not configs:
+        print(f"error: no config matches {args.configs!r} under {ROOT}", file=sys.stderr)
+        return 2
+    command = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(__file__, ROOT), *(sys.argv[1:] if argv is None else argv)])
+    rows, reports = [], []
+    try:
+        with tempfile.TemporaryDirectory(prefix="digits-bench-") as tmp:
+            if args.data is None:
+                img_size = load_config(configs[0]).export.img_size
+                data = write_digits_imagefolder(Path(tmp) / "digits", img_size=img_size)["root"]
+                data = Path(data) / "val"
+                data_desc = f"digits val split (sklearn load_digits, stratified 25 %, random_state=0), {img_size}x{img_size}"
+            else:
+                data, data_desc = args.data.resolve(), str(args.data)
+            for path in configs:
+                cfg = resolve_checkpoint(load_config(path))
+                console.print(f"[cyan]{path.relative_to(ROOT)}[/]: {settings_text(merge_as_written(path))}")
+                report = evaluate(cfg, data, batch_size=args.batch_size, limit=args.limit,
+                                  config_name=str(path.relative_to(ROOT)), console=console)
+                reports.append(report)
+                rows.append(row_of(path, report, merge_as_written(path)))
+    except DeploytkError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    rows.sort(key=lambda r: -r["gflops"])
+    result = {
+        "benchmark": "digits ViT: accuracy vs GFLOPs of token-merging configs (PyTorch reference and ONNX Runtime CPU)",
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": command,
+        "data": {"description": data_desc, "num_images": reports[0]["num_images"], "classes": reports[0]["classes"],
+                 "limit": args.limit, "batch_size": args.batch_size,
+                 "one_image_is_percentage_points": round(100 / reports[0]["num_images"], 4)},
+        "device": device_info(),
+        "versions": versions(),
+        "results": rows,
+    }
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    out_json = args.output_dir / f"{STEM}.json"
+    tmp_json = out_json.with_name(f".{out_json.name}.tmp")
+    tmp_json.write_text(json.dumps(result, indent=2) + "\n")
+    os.replace(tmp_json, out_json)
+    plot(rows, args.output_dir / f"{STEM}.png",
+         f"digits ViT ({reports[0]['num_images']} val images): top-1 vs GFLOPs")
+    print(markdown(rows, reports[0]["topk"]))
+    print(f"\nwrote {out_json} and {args.output_dir / f'{STEM}.png'}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

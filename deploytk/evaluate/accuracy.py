@@ -1,0 +1,298 @@
+"""`deploytk eval`: ImageFolder accuracy of the dense model, the merged reference and ONNX Runtime.
+
+One pass over the images computes, on identical preprocessed batches
+(:func:`deploytk.data.timm_eval_transform`, the preprocessing ``validate --images`` uses):
+
+- ``dense``: the unmerged timm model (``create_vit``),
+- ``reference``: the merged PyTorch reference (``build_reference``),
+- ``ort``: the exported ONNX model on ONNX Runtime (CPU),
+
+top-1 and top-k (k = min(5, classes)) accuracy, plus the top-1 agreement of ORT with the
+reference. The ONNX model is an existing artifact directory (its manifest must come from the
+same model / method / r / weights) or is exported to a temporary directory that is removed
+afterwards. Class indices follow torchvision's ImageFolder: sorted class-folder names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from deploytk.config import DeployConfig, config_from_dict
+from deploytk.data import IMAGE_SUFFIXES, load_images, model_input_size, timm_eval_transform
+from deploytk.errors import DeploytkError
+
+TOPK = 5
+
+
+@dataclass
+class ImageFolder:
+    """An ImageFolder tree: ``classes[i]`` is the folder name of class index i."""
+
+    root: Path
+    classes: list[str]
+    samples: list[tuple[Path, int]]  # (file, class index), class-interleaved order
+
+    @property
+    def num_images(self) -> int:
+        return len(self.samples)
+
+
+def _images_in(folder: Path) -> list[Path]:
+    return sorted(
+        p for p in folder.rglob("*")
+        if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+    )
+
+
+def scan_image_folder(root: Path, limit: int | None = None) -> ImageFolder:
+    """Scan ``root/<class>/**/<image>``; classes are the sorted sub-folder names.
+
+    Samples are ordered class-interleaved (the first image of every class, then the second,
+    ...), so ``limit`` keeps a class-balanced, deterministic subset.
+    """
+    root = Path(root)
+    if limit is not None and limit < 1:
+        raise DeploytkError(f"--limit {limit}: must be an int >= 1 (or omitted for all images).")
+    if not root.is_dir():
+        raise DeploytkError(
+            f"data directory {root} does not exist or is not a directory (--data).",
+            hint="Pass an ImageFolder tree DIR/<class>/<image>.png, e.g. the val split of `write_digits_imagefolder`.",
+        )
+    classes = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not classes:
+        loose = _images_in(root)
+        what = f"{len(loose)} loose image(s) but " if loose else ""
+        raise DeploytkError(
+            f"data directory {root} has {what}no class subfolders (--data); expected an ImageFolder tree "
+            f"{root}/<class>/<image> ({', '.join(sorted(IMAGE_SUFFIXES))}), one sub-folder per class."
+        )
+    per_class = [_images_in(root / c) for c in classes]
+    if not any(per_class):
+        raise DeploytkError(
+            f"data directory {root} has {len(classes)} class subfolder(s) but no images in them "
+            f"(--data; looked for {', '.join(sorted(IMAGE_SUFFIXES))})."
+        )
+    empty = [c for c, files in zip(classes, per_class) if not files]
+    if empty:
+        raise DeploytkError(
+            f"class folder(s) {', '.join(repr(c) for c in empty[:5])} in {root} hold no images (--data); "
+            "every class folder needs at least one image, or the class indices would shift."
+        )
+    samples = []
+    for rank in range(max(len(files) for files in per_class)):
+        for index, files in enumerate(per_class):
+            if rank < len(files):
+                samples.append((files[rank], index))
+    return ImageFolder(root, classes, samples[:limit] if limit else samples)
+
+
+def _normalised(cfg: DeployConfig) -> dict:
+    """What must agree between an artifact and a config: the model and every merge setting."""
+    data = cfg.model_dump(mode="json")
+    return {"model": data["model"], "model_kwargs": data["model_kwargs"], **{f"merge.{k}": v for k, v in data["merge"].items()}}
+
+
+def check_artifacts_match(directory: Path, cfg: DeployConfig, config_name: str, img_size) -> dict:
+    """The manifest of ``directory`` if it was exported from the same model/method/r/weights as ``cfg``."""
+    from deploytk.export.artifacts import require_artifact_dir
+    from deploytk.export.manifest import read_manifest, sha256_file
+
+    directory = require_artifact_dir(directory)
+    manifest = read_manifest(directory)  # also checks model.onnx against its sha256
+    exported = config_from_dict(manifest.get("config", {}), f"{directory}/manifest.json")
+    want, have = _normalised(cfg), _normalised(exported)
+    problems = [f"`{k}` is {have.get(k)!r} there but {want[k]!r} in {config_name}" for k in want if want[k] != have.get(k)]
+    if list(manifest["model"]["img_size"]) != list(img_size):
+        problems.append(f"the image size is {manifest['model']['img_size']} there but {list(img_size)} in {config_name}")
+    want_sha = sha256_file(Path(cfg.checkpoint)) if cfg.checkpoint else None
+    have_sha = manifest["model"].get("checkpoint_sha256")
+    if want_sha != have_sha:
+        problems.append(
+            "the weights differ (" + (f"checkpoint sha256 {have_sha[:12]}..." if have_sha else "random init")
+            + " there, " + (f"{cfg.checkpoint} sha256 {want_sha[:12]}..." if want_sha else "random init") + f" in {config_name})"
+        )
+    if problems:
+        raise DeploytkError(
+            f"--artifacts {directory} was not exported from {config_name}: " + "; ".join(problems) + ".",
+            hint=f"Re-export with `deploytk export {config_name} --output {directory}`, or omit --artifacts to export to a temporary directory.",
+        )
+    return manifest
+
+
+def _topk_correct(logits: np.ndarray, labels: np.ndarray, k: int) -> tuple[int, int, np.ndarray]:
+    """(# top-1 correct, # top-k correct, top-1 predictions)."""
+    top1 = logits.argmax(-1)
+    topk = np.argsort(-logits, axis=-1, kind="stable")[:, :k]
+    return int((top1 == labels).sum()), int((topk == labels[:, None]).any(-1).sum()), top1
+
+
+@contextlib.contextmanager
+def _progress_bar(console):
+    """A rich progress bar on ``console`` (stderr); yields (set_step, set_total, advance)."""
+    if console is None:
+        yield (lambda msg: None), (lambda total, msg: None), (lambda: None)
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        SpinnerColumn(), TextColumn("[cyan]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=console, transient=True,
+    ) as bar:
+        task = bar.add_task("starting", total=None)
+        yield (
+            lambda msg: bar.update(task, description=f"{msg}..."),
+            lambda total, msg: bar.reset(task, total=total, description=msg),
+            lambda: bar.advance(task),
+        )
+
+
+def device_info() -> dict:
+    """CPU model, core counts and thread settings (and the GPU, if torch sees one)."""
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "platform": platform.platform(),
+    }
+
+
+def evaluate(
+    cfg: DeployConfig,
+    data: Path,
+    *,
+    artifacts: Path | None = None,
+    batch_size: int = 64,
+    limit: int | None = None,
+    config_name: str = "the config",
+    step: Callable[[str], None] | None = None,
+    console=None,
+) -> dict:
+    """Top-1/top-k of dense, reference and ORT on the ImageFolder ``data``; see the module doc.
+
+    All input checks (data tree, limit, batch size, artifacts vs config, class count) run
+    before anything is exported; a temporary export is removed even on failure.
+    """
+    import torch
+
+    from deploytk.backends.ort import ort_session
+    from deploytk.export.artifacts import MODEL_FILE
+    from deploytk.export.onnx_export import INPUT_NAME, OUTPUT_NAME
+    from deploytk.export.pipeline import run_export
+    from deploytk.models import build_reference, create_vit
+
+    if batch_size < 1:
+        raise DeploytkError(f"--batch-size {batch_size}: must be an int >= 1.")
+    folder = scan_image_folder(data, limit)
+    t_start = time.perf_counter()
+    with _progress_bar(console) as (set_step, set_total, advance):
+        report_step = (lambda msg: (set_step(msg), step(msg))) if step else set_step
+        report_step("building the unmerged model")
+        dense = create_vit(cfg)
+        img = model_input_size(dense)
+        num_classes = int(dense.num_classes)
+        if len(folder.classes) != num_classes:
+            hint = ""
+            if {"train", "val"} & set(folder.classes):
+                hint = f" {folder.root} looks like a dataset root: pass its split, e.g. --data {folder.root / 'val'}."
+            raise DeploytkError(
+                f"data directory {folder.root} has {len(folder.classes)} class folder(s) "
+                f"({', '.join(folder.classes[:12])}{', ...' if len(folder.classes) > 12 else ''}) but model "
+                f"{cfg.model} has num_classes={num_classes} (--data / `model_kwargs.num_classes`); they must be equal."
+                + hint
+            )
+        manifest = check_artifacts_match(artifacts, cfg, config_name, img) if artifacts is not None else None
+        report_step("building the merged reference")
+        reference = build_reference(cfg)
+        transform = timm_eval_transform(dense)
+        k = min(TOPK, num_classes)
+        files = [f for f, _ in folder.samples]
+        labels = np.array([c for _, c in folder.samples], dtype=np.int64)
+        correct = {name: [0, 0] for name in ("dense", "reference", "ort")}
+        seconds = {"preprocess": 0.0, "dense": 0.0, "reference": 0.0, "ort": 0.0, "export": 0.0}
+        agree_ort_ref = agree_ref_dense = 0
+
+        temporary = tempfile.TemporaryDirectory(prefix="deploytk-eval-") if manifest is None else contextlib.nullcontext()
+        with temporary as tmp:
+            if manifest is None:
+                report_step("exporting to a temporary directory")
+                t0 = time.perf_counter()
+                out = Path(tmp) / "artifact"
+                manifest = run_export(cfg, out, report_step)
+                seconds["export"] = time.perf_counter() - t0
+                onnx_path = out / MODEL_FILE
+            else:
+                onnx_path = Path(artifacts) / MODEL_FILE
+            session = ort_session(onnx_path)
+            starts = range(0, len(files), batch_size)
+            set_total(len(starts), f"evaluating {len(files)} images")
+            with torch.inference_mode():
+                for start in starts:
+                    t0 = time.perf_counter()
+                    x = load_images(files[start : start + batch_size], transform)
+                    y = labels[start : start + batch_size]
+                    t1 = time.perf_counter()
+                    logits = {"dense": dense(torch.from_numpy(x)).float().numpy()}
+                    t2 = time.perf_counter()
+                    logits["reference"] = reference(torch.from_numpy(x)).float().numpy()
+                    t3 = time.perf_counter()
+                    logits["ort"] = session.run([OUTPUT_NAME], {INPUT_NAME: x})[0]
+                    t4 = time.perf_counter()
+                    for name, dt in (("preprocess", t1 - t0), ("dense", t2 - t1), ("reference", t3 - t2), ("ort", t4 - t3)):
+                        seconds[name] += dt
+                    preds = {}
+                    for name, out_logits in logits.items():
+                        c1, ck, preds[name] = _topk_correct(out_logits, y, k)
+                        correct[name][0] += c1
+                        correct[name][1] += ck
+                    agree_ort_ref += int((preds["ort"] == preds["reference"]).sum())
+                    agree_ref_dense += int((preds["reference"] == preds["dense"]).sum())
+                    advance()
+
+    n = len(files)
+    return {
+        "config": config_name,
+        "model": cfg.model,
+        "model_kwargs": dict(cfg.model_kwargs),
+        "checkpoint": cfg.checkpoint,
+        "method": cfg.merge.method,
+        "r": cfg.merge.model_dump(mode="json")["r"],
+        "prop_attn": cfg.merge.prop_attn,
+        "merge": cfg.merge.model_dump(mode="json"),
+        "img_size": list(img),
+        "data": str(folder.root),
+        "num_images": n,
+        "num_classes": num_classes,
+        "classes": folder.classes,
+        "limit": limit,
+        "batch_size": batch_size,
+        "topk": k,
+        "gflops": manifest["gflops"],
+        "dense_gflops": manifest["dense_gflops"],
+        "tokens_per_layer": manifest["schedule"]["tokens_per_layer"],
+        "tokens_out": manifest["schedule"]["tokens_out"],
+        "dense": {"top1": correct["dense"][0] / n, "top5": correct["dense"][1] / n},
+        "reference": {"top1": correct["reference"][0] / n, "top5": correct["reference"][1] / n},
+        "ort": {"top1": correct["ort"][0] / n, "top5": correct["ort"][1] / n},
+        "agreement": agree_ort_ref / n,
+        "reference_vs_dense_agreement": agree_ref_dense / n,
+        "artifacts": str(artifacts) if artifacts is not None else None,
+        "seconds": {key: round(v, 3) for key, v in seconds.items()} | {"total": round(time.perf_counter() - t_start, 3)},
+    }
