@@ -273,6 +273,7 @@ def calibrate(
 
     from deploytk.data import folder_batches, synthetic_batches
     from deploytk.merging.calibrate import calibrate as run_calibrate
+    from deploytk.merging.calibrate import require_atm
     from deploytk.models import create_vit
 
     cfg = _load(config)
@@ -282,8 +283,7 @@ def calibrate(
         raise DeploytkError(f"--synthetic {synthetic}: calibration needs at least 1 image.")
     if batch_size < 1 or num_images < 1:
         raise DeploytkError("--batch-size and --num-images must be >= 1.")
-    if cfg.merge.method != "atm":
-        raise DeploytkError(f"calibration is for method atm; {config} uses {cfg.merge.method!r}.", hint="Set `merge.method: atm`.")
+    require_atm(cfg)
     output = output or config.with_name(f"{config.stem}_calibrated.yaml")
     with progress() as step:
         step("loading calibration images")

@@ -10,13 +10,12 @@ place; ``root/DIGITS.json`` records what was written.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from deploytk.errors import DeploytkError
+from deploytk.export.artifacts import atomic_directory
 
 SPLIT_SEED = 0
 VAL_FRACTION = 0.25
@@ -68,10 +67,8 @@ def write_digits_imagefolder(root: Path, img_size: int = 32) -> dict:
             hint="Pass a new or empty directory.",
         )
     images, labels, train, val = digits_split()
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.tmp-", dir=root.parent))
     counts: dict[str, dict[str, int]] = {}
-    try:
+    with atomic_directory(root) as tmp:
         for split, indices in (("train", train), ("val", val)):
             counts[split] = {str(d): 0 for d in range(10)}
             for d in range(10):
@@ -90,14 +87,4 @@ def write_digits_imagefolder(root: Path, img_size: int = 32) -> dict:
             "num_val": int(len(val)),
         }
         (tmp / MARKER).write_text(json.dumps(info, indent=2) + "\n")
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    old = None
-    if root.exists():
-        old = root.with_name(f".{root.name}.old-{tmp.name.rsplit('-', 1)[-1]}")
-        root.rename(old)
-    tmp.rename(root)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
     return {"root": str(root), **info}

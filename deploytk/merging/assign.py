@@ -36,9 +36,9 @@ def inverse_rank(order: torch.Tensor) -> torch.Tensor:
     return rank.scatter_(1, order, ar)
 
 
-def kept_slots(keep_mask: torch.Tensor, offset: int) -> torch.Tensor:
-    """Slot of each kept token when kept tokens stay in their original order after ``offset``."""
-    return offset + keep_mask.long().cumsum(1) - 1
+def kept_slots(keep_mask: torch.Tensor) -> torch.Tensor:
+    """Slot of each kept token when kept tokens keep their original order."""
+    return keep_mask.long().cumsum(1) - 1
 
 
 def prefix_first(dest: torch.Tensor, protected: int, tokens_out: int) -> torch.Tensor:

@@ -18,7 +18,7 @@ import math
 import torch
 
 from deploytk.merging.assign import kept_slots
-from deploytk.merging.tome import bipartite_matching, protected_split
+from deploytk.merging.tome import protected_split
 
 
 def thresholds(depth: int, alpha: float, beta: float, theta_min: float) -> list[float]:
@@ -60,7 +60,7 @@ def size_split_match(metric: torch.Tensor, size: torch.Tensor, r: int, protected
     prefix = torch.zeros(oa.shape[0], protected, dtype=torch.bool, device=oa.device)
     merged = torch.cat([prefix, merged], dim=1)
     target = torch.cat([prefix.long(), target + protected], dim=1)
-    slots = kept_slots(~merged, 0)
+    slots = kept_slots(~merged)
     return torch.where(merged, slots.gather(1, target), slots)
 
 
@@ -77,4 +77,4 @@ def count_above(metric: torch.Tensor, size: torch.Tensor, protected: int, thresh
     return (scores.amax(dim=-1) > threshold).sum(dim=1)
 
 
-__all__ = ["thresholds", "size_split_match", "count_above", "bipartite_matching"]
+__all__ = ["thresholds", "size_split_match", "count_above"]

@@ -25,10 +25,15 @@ STATISTIC = (
 )
 
 
-def calibrate(cfg: DeployConfig, batches: list[np.ndarray], quantile: float, source: str, progress=None) -> tuple[dict, dict]:
-    """Return (the calibrated config as a dict, a report)."""
+def require_atm(cfg: DeployConfig) -> None:
+    """Calibration only makes sense for ATM (checked before any image is loaded)."""
     if cfg.merge.method != "atm":
         raise DeploytkError(f"calibration is for method atm; this config uses {cfg.merge.method!r}.", hint="Set `merge.method: atm`.")
+
+
+def calibrate(cfg: DeployConfig, batches: list[np.ndarray], quantile: float, source: str, progress=None) -> tuple[dict, dict]:
+    """Return (the calibrated config as a dict, a report)."""
+    require_atm(cfg)
     if not batches:
         raise DeploytkError("calibration needs images: pass --images DIR or --synthetic N (N >= 1).")
     if not 0.0 <= quantile <= 1.0:

@@ -42,13 +42,13 @@ def topk_select(scores: torch.Tensor, keep: int, protected: int) -> torch.Tensor
     the fused token when the rest is fused (tokens_out = protected + keep + 1).
     """
     kept = _kept_mask(scores, keep, protected)
-    return torch.where(kept, kept_slots(kept, 0), protected + keep)
+    return torch.where(kept, kept_slots(kept), protected + keep)
 
 
 def crucial_match(metric: torch.Tensor, scores: torch.Tensor, keep: int, protected: int) -> torch.Tensor:
     """dest [B, N]: crucial tokens keep a slot; every other token joins its most similar crucial token."""
     kept = _kept_mask(scores, keep, protected)
-    slots = kept_slots(kept, 0)
+    slots = kept_slots(kept)
     m = metric / metric.norm(dim=-1, keepdim=True)
     sim = (m @ m.transpose(1, 2)).masked_fill(~kept[:, None, :], -math.inf)
     sim[:, :, :protected] = -math.inf  # protected tokens absorb nothing

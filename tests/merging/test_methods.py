@@ -159,3 +159,17 @@ def test_calibration_bad_input():
         calibrate(cfg, [], 0.5, "none")
     with pytest.raises(DeploytkError, match="calibration is for method atm"):
         calibrate(load_config(ROOT / "export_configs" / "deit_tiny_mctf_r8.yaml"), [np.zeros((1, 3, 224, 224), np.float32)], 0.5, "x")
+
+
+def test_calibrate_cli_without_images_fails_cleanly_and_writes_nothing(tmp_path):
+    from typer.testing import CliRunner
+
+    from deploytk.cli import app
+
+    out = tmp_path / "calibrated.yaml"
+    result = CliRunner().invoke(app, ["calibrate", str(ROOT / "export_configs" / "deit_tiny_atm.yaml"), "--output", str(out)])
+    assert result.exit_code == 2
+    assert "calibration needs images: pass exactly one of --images DIR or --synthetic N" in result.output
+    result = CliRunner().invoke(app, ["calibrate", str(ROOT / "export_configs" / "deit_tiny_mctf_r8.yaml"), "--synthetic", "2", "--output", str(out)])
+    assert result.exit_code == 2 and "calibration is for method atm" in result.output
+    assert not out.exists() and list(tmp_path.iterdir()) == []
