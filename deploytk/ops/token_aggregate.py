@@ -56,21 +56,21 @@ def TokenAggregate(
     plugin_namespace: str = "deploytk",
     plugin_version: str = "1",
 ) -> FLOAT:
-    """One ScatterND(add) of [w*x, w] rows into tokens_out + 1 slots (the last is dropped)."""
+    """A one-hot MatMul sums the [w*x, w] rows into tokens_out + 1 slots (the last is dropped).
+
+    Not ScatterND(reduction="add"): ONNX Runtime's multi-threaded CPU kernel races on duplicate
+    indices and returns wrong sums now and then (microsoft/onnxruntime#18048, #23396; measured
+    here on 1.31.1). TokenMerge sums the same way.
+    """
     one = op.Constant(value_ints=[1])
     zero = op.Constant(value_ints=[0])
-    last = op.Constant(value_ints=[-1])
     ax1 = op.Constant(value_ints=[1])
     ax2 = op.Constant(value_ints=[2])
     t_out = op.Reshape(op.Constant(value_int=tokens_out), one)
     xw = op.Concat(op.Mul(x, weight), weight, axis=-1)  # [B, N, C+1]
-    b = op.Shape(x, start=0, end=1)
-    n = op.Shape(x, start=1, end=2)
     c = op.Shape(x, start=2, end=3)
-    acc0 = op.ConstantOfShape(op.Concat(b, op.Add(t_out, one), op.Add(c, one), axis=0))
-    batch_ids = op.Reshape(op.Range(op.Constant(value_int=0), op.Squeeze(b), op.Constant(value_int=1)), op.Constant(value_ints=[-1, 1, 1]))
-    idx = op.Concat(op.Expand(batch_ids, op.Concat(b, n, one, axis=0)), op.Unsqueeze(dest, last), axis=-1)  # [B, N, 2]
-    acc = op.Slice(op.ScatterND(acc0, idx, xw, reduction="add"), zero, t_out, ax1)
+    assign = op.OneHot(dest, op.Add(t_out, one), op.CastLike(op.Constant(value_floats=[0.0, 1.0]), x), axis=1)  # [B, T+1, N]
+    acc = op.Slice(op.MatMul(assign, xw), zero, t_out, ax1)
     num = op.Slice(acc, zero, c, ax2)
     den = op.Slice(acc, c, op.Add(c, one), ax2)
     flag = op.Cast(op.Constant(value_int=normalize), to=9)

@@ -16,8 +16,8 @@ from deploytk.ops import OPS, PLUGIN_ATTRIBUTES
 ops = torch.ops.deploytk
 
 
-def run_node(op_name, inputs: dict, out_type, out_rank, **attrs):
-    """A one-node model calling the op's local function, as the exporter writes it."""
+def node_session(op_name, inputs: dict, out_type, out_rank, **attrs):
+    """A session for a one-node model calling the op's local function, as the exporter writes it."""
     fn = OPS[op_name].onnx_function.to_function_proto()
     node = helper.make_node(op_name, list(inputs), ["out"], domain="deploytk", **attrs, **PLUGIN_ATTRIBUTES)
 
@@ -28,7 +28,11 @@ def run_node(op_name, inputs: dict, out_type, out_rank, **attrs):
     model = helper.make_model(graph, functions=[fn], opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("deploytk", 1)])
     model.ir_version = 10
     onnx.checker.check_model(model, full_check=True)
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, inputs)[0]
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def run_node(op_name, inputs: dict, out_type, out_rank, **attrs):
+    return node_session(op_name, inputs, out_type, out_rank, **attrs).run(None, inputs)[0]
 
 
 @pytest.mark.parametrize(
@@ -146,3 +150,18 @@ def test_ops_reject_bad_input_before_compute():
         ops.token_aggregate(m, torch.ones(2, 11, 1), torch.zeros(3, 11, dtype=torch.long), 5, True)
     with pytest.raises(DeploytkError, match=r"dest values must be in \[0, 5\]"):
         ops.token_aggregate(m, torch.ones(2, 11, 1), torch.full((2, 11), 9), 5, True)
+
+
+def test_token_aggregate_body_is_exact_and_repeatable_on_multithreaded_ort():
+    """Regression: the former ScatterND(add) body raced on duplicate indices in ORT's CPU kernel
+    (wrong sums in 2 of 5 runs on this 2-core machine)."""
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(8, 197, 192, generator=g), torch.rand(8, 197, 1, generator=g)
+    dest = torch.randint(0, 151, (8, 197), generator=g)
+    dest[:, :40] = 3  # many tokens into one slot
+    want = ops.token_aggregate(x, w, dest, 150, False).numpy()
+    inputs = {"x": x.numpy(), "weight": w.numpy(), "dest": dest.numpy()}
+    session = node_session("TokenAggregate", inputs, TensorProto.FLOAT, 3, tokens_out=150, normalize=0, tokens=197)
+    for _ in range(10):  # the race showed from the second run of a session on
+        got = session.run(None, inputs)[0]
+        np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
