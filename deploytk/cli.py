@@ -112,9 +112,18 @@ def validate(
     rtol: float = typer.Option(1e-4, help="Relative tolerance on logits."),
     min_cosine: float = typer.Option(0.99999, help="Minimum per-image cosine similarity."),
     min_top1: float = typer.Option(1.0, help="Minimum top-1 agreement (fraction)."),
+    max_branch_flips: float = typer.Option(
+        0.1, help="Largest fraction of images allowed to take a different matching/selection choice at a proven near-tie."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
 ):
-    """Compare a backend's outputs with the PyTorch reference; exit 0 = pass, 1 = fail."""
+    """Compare a backend's outputs with the PyTorch reference; exit 0 = pass, 1 = fail.
+
+    An image outside tolerance on a model with matching/selection ops is diagnosed: if the
+    backend's first different choice was made on inputs equal to the reference's within
+    tolerance, and the reference replayed with the backend's choices matches it, the image
+    counts as a near-tie branch flip (listed in the report) and is checked against the replay.
+    """
     from deploytk.data import folder_batches, synthetic_batches
     from deploytk.export.artifacts import require_artifact_dir
     from deploytk.export.manifest import read_manifest
@@ -124,7 +133,9 @@ def validate(
         raise DeploytkError("--num-images and --batch-size must be >= 1.")
     manifest = read_manifest(require_artifact_dir(directory), verify_model=False)  # validate() checks the hash
     img = tuple(manifest["model"]["img_size"])
-    tol = Tolerances(atol, rtol, min_cosine, min_top1)
+    if not 0 <= max_branch_flips <= 1:
+        raise DeploytkError(f"--max-branch-flips {max_branch_flips} must be a fraction in [0, 1].")
+    tol = Tolerances(atol, rtol, min_cosine, min_top1, max_branch_flips)
     with progress() as step:
         if images is not None:
             from deploytk.config import config_from_dict
@@ -147,8 +158,25 @@ def validate(
         table.add_row("min cosine similarity", f"{report.cosine_similarity_min:.7f}", f">= {min_cosine}")
         table.add_row("top-1 agreement", f"{100 * report.top1_agreement:.2f}%", f">= {100 * min_top1:.2f}%")
         out_console.print(table)
+        if report.branch_flips:
+            _print_branch_flips(report)
         out_console.print("[bold green]PASS[/]" if report.passed else "[bold red]FAIL[/]: " + ", ".join(k for k, v in report.checks.items() if not v))
     raise typer.Exit(0 if report.passed else 1)
+
+
+def _print_branch_flips(report) -> None:
+    flips = Table(title="images that took a different matching/selection choice than the reference")
+    for col in ("image", "first flip", "moved", "input Δ", "op agrees", "replay Δ", "near-tie"):
+        flips.add_column(col)
+    for f in report.branch_flips:
+        where = f"{f['op']} #{f['call']}" if f["op"] else "none (same choices)"
+        flips.add_row(str(f["image"]), where, str(f["tokens_changed"]), f"{f['input_rel_diff']:.1e}",
+                      "yes" if f["op_reproduces_backend"] else "no", f"{f['replay_max_abs_diff']:.1e}",
+                      "[green]yes[/]" if f["explained"] else "[red]no[/]")
+    out_console.print(flips)
+    sb = report.same_branch
+    out_console.print(f"against the reference replayed on the backend's choices: max |logit diff| {sb['max_abs_diff']:.3e}, "
+                      f"min cosine {sb['cosine_similarity_min']:.7f}, top-1 {100 * sb['top1_agreement']:.2f}%")
 
 
 @app.command()

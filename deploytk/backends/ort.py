@@ -22,8 +22,8 @@ def ort_providers(backend: str = "ort") -> list[str]:
     return ["CPUExecutionProvider"]
 
 
-def ort_session(path: Path, backend: str = "ort", spinning: bool = True):
-    """A session with full graph optimisation.
+def ort_session(path: Path | bytes, backend: str = "ort", spinning: bool = True):
+    """A session with full graph optimisation, for a model file or serialized model bytes.
 
     ``spinning=False`` stops idle intra-op threads from busy-waiting: when two sessions run
     alternately (profiling), one session's spinning threads would otherwise steal cores
@@ -36,4 +36,4 @@ def ort_session(path: Path, backend: str = "ort", spinning: bool = True):
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.log_severity_level = 3
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return ort.InferenceSession(str(path), options, providers=ort_providers(backend))
+    return ort.InferenceSession(path if isinstance(path, bytes) else str(path), options, providers=ort_providers(backend))

@@ -95,7 +95,7 @@ class MCTFViT(MergedViT):
         o = self.options
         n_out = x.shape[1] - r
         received = probs.mean(dim=(1, 2))  # attention each token receives
-        dest = _ops.mctf_match(x, received, size, r, self.protected, float(o.tau_sim), float(o.tau_info), float(o.tau_size), o.bidirection)
+        dest = self._match("mctf_match", x, received, size, r, self.protected, float(o.tau_sim), float(o.tau_info), float(o.tau_size), o.bidirection)
         if o.pooling == "attention":
             weight = received[..., None] * size / size.amax(dim=1, keepdim=True)
         elif o.pooling == "size":
@@ -187,7 +187,7 @@ class ATMViT(MergedViT):
         if not size_split:
             return _ops.token_merge(x, size, metric, r, self.protected, self.sort_unmerged)
         n_out = x.shape[1] - r
-        dest = _ops.size_split_match(metric, size, r, self.protected)
+        dest = self._match("size_split_match", metric, size, r, self.protected)
         return _ops.token_aggregate(x, size, dest, n_out, True), _aggregate_size(size, dest, n_out)
 
     @torch.no_grad()
@@ -243,10 +243,10 @@ class SelectViT(MergedViT):
         p = self.protected
         ones = torch.ones_like(size)
         if self.mode == "crucial":
-            dest = _ops.crucial_match(metric, cls_attn, keep, p)
+            dest = self._match("crucial_match", metric, cls_attn, keep, p)
             n_out = p + keep
             return _ops.token_aggregate(x, cls_attn[..., None], dest, n_out, True), _aggregate_size(size, dest, n_out)
-        dest = _ops.topk_select(cls_attn, keep, p)
+        dest = self._match("topk_select", cls_attn, keep, p)
         if self.mode == "evit":  # the rest fused into one last token: sum of a_i x_i (EViT)
             n_out = p + keep + 1
             weight = torch.where((dest == p + keep)[..., None], cls_attn[..., None], ones)

@@ -64,6 +64,9 @@ class MergedViT(nn.Module):
         # ToMe keeps unmerged tokens in original order whenever there is a class token.
         self.sort_unmerged = self.protected > 0
         self.schedule = self._plan(list(r_per_layer), self.num_tokens)
+        #: called as hook(op_name, args, dest) -> dest by every matching op; the validator records
+        #: the reference's choices and replays a backend's through it (None: plain reference)
+        self.dest_hook = None
 
     def _plan(self, requested: list[int], num_tokens: int) -> TokenSchedule:
         """The static token counts per layer (ToMe's cap)."""
@@ -105,6 +108,11 @@ class MergedViT(nn.Module):
         x, size = self._reduce(i, x, size, metric, cls_attn)
         mlp_out = blk.norm2(blk.mlp(x)) if post_norm else blk.ls2(blk.mlp(blk.norm2(x)))
         return x + blk.drop_path2(mlp_out), size
+
+    def _match(self, op_name: str, *args):
+        """A matching/selection op (-> ``dest``), routed through ``dest_hook`` when one is set."""
+        dest = getattr(torch.ops.deploytk, op_name)(*args)
+        return dest if self.dest_hook is None else self.dest_hook(op_name, args, dest)
 
     def _wants_cls_attention(self, i: int) -> bool:
         return False

@@ -31,6 +31,8 @@ class CustomOp:
     onnx_function: OnnxFunction
     #: what torch.onnx calls for the torch op (the function itself unless attributes need deriving)
     translation: object = None
+    #: a matching/selection op: a discrete choice whose output ``dest`` feeds TokenAggregate
+    matching: bool = False
 
     @property
     def overload(self):
@@ -42,11 +44,14 @@ OPS: dict[str, CustomOp] = {
     "TokenMerge": CustomOp("TokenMerge", "token_merge", token_merge, TokenMerge, translate_token_merge),
     "ProportionalAttention": CustomOp("ProportionalAttention", "proportional_attention", proportional_attention, ProportionalAttention),
     "TokenAggregate": CustomOp("TokenAggregate", "token_aggregate", token_aggregate, TokenAggregate, translate_token_aggregate),
-    "MctfMatch": CustomOp("MctfMatch", "mctf_match", mctf_match, MctfMatch, translate_mctf_match),
-    "SizeSplitMatch": CustomOp("SizeSplitMatch", "size_split_match", size_split_match, SizeSplitMatch, translate_size_split_match),
-    "TopKSelect": CustomOp("TopKSelect", "topk_select", topk_select, TopKSelect, translate_topk_select),
-    "CrucialMatch": CustomOp("CrucialMatch", "crucial_match", crucial_match, CrucialMatch, translate_crucial_match),
+    "MctfMatch": CustomOp("MctfMatch", "mctf_match", mctf_match, MctfMatch, translate_mctf_match, matching=True),
+    "SizeSplitMatch": CustomOp("SizeSplitMatch", "size_split_match", size_split_match, SizeSplitMatch, translate_size_split_match, matching=True),
+    "TopKSelect": CustomOp("TopKSelect", "topk_select", topk_select, TopKSelect, translate_topk_select, matching=True),
+    "CrucialMatch": CustomOp("CrucialMatch", "crucial_match", crucial_match, CrucialMatch, translate_crucial_match, matching=True),
 }
+
+
+MATCHING_OPS = frozenset(name for name, op in OPS.items() if op.matching)
 
 
 def custom_translation_table() -> dict:
@@ -54,4 +59,4 @@ def custom_translation_table() -> dict:
     return {o.overload: o.translation or o.onnx_function for o in OPS.values()}
 
 
-__all__ = ["OPS", "CustomOp", "DOMAIN", "DOMAIN_VERSION", "PLUGIN_ATTRIBUTES", "custom_translation_table"]
+__all__ = ["OPS", "MATCHING_OPS", "CustomOp", "DOMAIN", "DOMAIN_VERSION", "PLUGIN_ATTRIBUTES", "custom_translation_table"]

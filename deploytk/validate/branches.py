@@ -1,0 +1,172 @@
+"""Tell a near-tie branch flip apart from a wrong result.
+
+Matching and selection ops (MctfMatch, TopKSelect, ...) make discrete choices. When two
+candidates' scores agree to float32 rounding, a backend and PyTorch may legitimately choose
+differently (ONNX Runtime's own fused and unfused graphs do), and from then on the logits differ
+by far more than any rounding tolerance. For each image that fails the comparison this module
+asks the backend for its choices (the ``dest`` output of every matching node) and the inputs
+of those nodes, and accepts the image as a *branch flip* only if all of these hold:
+
+1. the first choice that differs from the reference's is made on inputs that agree with the
+   reference's within the tolerance (so the candidates were tied to rounding);
+2. the PyTorch op makes the backend's choice, either from the backend's own inputs there or from
+   the reference's inputs perturbed at float32 rounding level (relative 1e-6, a few seeded
+   trials): the choice is decided by rounding, and the op is implemented the same way;
+3. the reference, replayed with every choice the backend made, matches the backend's logits
+   within the tolerance (so everything else is computed the same way).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from deploytk.export.onnx_export import OUTPUT_NAME
+from deploytk.ops import DOMAIN, MATCHING_OPS
+
+
+@dataclass
+class BranchFlip:
+    image: int
+    op: str
+    call: int  # index of the matching op in execution order
+    tokens_changed: int  # tokens whose destination differs at that op
+    input_rel_diff: float  # max |backend - reference| of the op's inputs / max |reference|
+    op_reproduces_backend: bool
+    replay_max_abs_diff: float
+    explained: bool
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class _Probe:
+    op: str
+    inputs: list[str]
+    dest: str
+
+
+def probed_model(path: Path) -> tuple[bytes | None, list[_Probe]]:
+    """The ONNX model with every matching node's inputs and ``dest`` added as graph outputs.
+
+    The backend is validated on this model, so that the choices diagnosed are the ones that
+    made its logits (ONNX Runtime on several CPU threads is not bit-reproducible run to run).
+    ``(None, [])`` when the graph has no matching ops.
+    """
+    import onnx
+
+    model = onnx.load(str(path))
+    typed = {v.name: v for v in onnx.shape_inference.infer_shapes(model).graph.value_info}
+    outputs = {o.name for o in model.graph.output}
+    probes = []
+    for node in model.graph.node:
+        if node.domain != DOMAIN or node.op_type not in MATCHING_OPS:
+            continue
+        probes.append(_Probe(node.op_type, list(node.input), node.output[0]))
+        for name in [*node.input, node.output[0]]:
+            if name not in outputs:
+                elem = typed[name].type.tensor_type.elem_type if name in typed else (
+                    onnx.TensorProto.INT64 if name == node.output[0] else onnx.TensorProto.FLOAT)
+                model.graph.output.append(onnx.helper.make_tensor_value_info(name, elem, None))
+                outputs.add(name)
+    return (model.SerializeToString() if probes else None), probes
+
+
+class _Choices:
+    """A ``MergedViT.dest_hook`` that records the reference's choices, or replays given ones."""
+
+    def __init__(self, replay: list[np.ndarray] | None = None):
+        self.calls: list[tuple[str, tuple, torch.Tensor]] = []
+        self.replay = replay
+
+    def __call__(self, op_name, args, dest):
+        k = len(self.calls)
+        self.calls.append((op_name, args, dest))
+        return dest if self.replay is None else torch.from_numpy(self.replay[k]).to(dest.dtype)
+
+
+def _run_reference(reference, batch: np.ndarray, replay=None):
+    hook = _Choices(replay)
+    reference.dest_hook = hook
+    try:
+        with torch.no_grad():
+            logits = reference(torch.from_numpy(np.ascontiguousarray(batch))).numpy()
+    finally:
+        reference.dest_hook = None
+    return logits, hook.calls
+
+
+def _rel_diff(ref: np.ndarray, out: np.ndarray) -> float:
+    return float(np.abs(out.astype(np.float64) - ref).max() / max(np.abs(ref).max(), 1e-30))
+
+
+def explain_flips(reference, probes: list[_Probe], batches: list[np.ndarray], backend_outputs: list[dict],
+                  failing: list[int], atol: float, rtol: float) -> tuple[list[BranchFlip], dict[int, np.ndarray]]:
+    """Diagnose the failing images (global indices over ``batches``).
+
+    ``backend_outputs[b]`` holds the backend's outputs for batch b, probes included. Returns
+    one ``BranchFlip`` per failing image (``explained``: a near-tie flip) and, for explained
+    images, the reference logits replayed with the backend's choices.
+    """
+    starts = np.cumsum([0] + [len(b) for b in batches])
+    flips, replayed = [], {}
+    for b, (batch, values) in enumerate(zip(batches, backend_outputs)):
+        rows = [i - starts[b] for i in failing if starts[b] <= i < starts[b + 1]]
+        if not rows:
+            continue
+        _, ref_calls = _run_reference(reference, batch)
+        if len(ref_calls) != len(probes):
+            raise RuntimeError(f"the reference made {len(ref_calls)} matching calls, the ONNX graph has {len(probes)}")
+        replay_logits, _ = _run_reference(reference, batch, [values[p.dest] for p in probes])
+        for j in rows:
+            flips.append(_diagnose(int(starts[b] + j), j, probes, ref_calls, values, replay_logits[j], atol, rtol))
+            if flips[-1].explained:
+                replayed[flips[-1].image] = replay_logits[j]
+    return flips, replayed
+
+
+def _diagnose(image, j, probes, ref_calls, values, replay_row, atol, rtol) -> BranchFlip:
+    backend_logits = values[OUTPUT_NAME][j]
+    replay_diff = float(np.abs(backend_logits.astype(np.float64) - replay_row).max())
+    for k, (probe, (op_name, args, ref_dest)) in enumerate(zip(probes, ref_calls)):
+        backend_dest = values[probe.dest][j]
+        if np.array_equal(backend_dest, ref_dest[j].numpy()):
+            continue
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        backend_inputs = [values[n][j : j + 1] for n in probe.inputs]
+        input_rel = max(_rel_diff(t[j : j + 1].numpy().astype(np.float64), x) for t, x in zip(tensors, backend_inputs))
+        reproduces = _reproduces(op_name, args, j, backend_inputs, backend_dest)
+        within = replay_diff <= atol or replay_diff <= rtol * float(np.abs(replay_row).max())
+        return BranchFlip(image, probe.op, k, int((backend_dest != ref_dest[j].numpy()).sum()), input_rel, reproduces,
+                          replay_diff, explained=reproduces and input_rel <= rtol and within)
+    # same choices everywhere: the difference is not a branch flip
+    return BranchFlip(image, "", -1, 0, 0.0, True, replay_diff, explained=False)
+
+
+ROUNDING_PERTURBATION = 1e-6
+PERTURBATION_TRIALS = 32
+
+
+def _reproduces(op_name, args, j, backend_inputs, backend_dest) -> bool:
+    """Does the torch op make the backend's choice from its inputs or from rounding-perturbed reference inputs?"""
+    op = getattr(torch.ops.deploytk, op_name)
+
+    def choose(tensors) -> bool:
+        it = iter(tensors)
+        return bool(np.array_equal(op(*[next(it) if isinstance(a, torch.Tensor) else a for a in args])[0].numpy(), backend_dest))
+
+    if choose(torch.from_numpy(np.ascontiguousarray(x)) for x in backend_inputs):
+        return True
+    rows = [a[j : j + 1] for a in args if isinstance(a, torch.Tensor)]
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(PERTURBATION_TRIALS):
+        if choose(t * (1 + ROUNDING_PERTURBATION * torch.randn(t.shape, generator=gen)) if t.is_floating_point() else t for t in rows):
+            return True
+    return False
+
+
+__all__ = ["BranchFlip", "explain_flips", "probed_model"]

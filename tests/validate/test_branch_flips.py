@@ -1,0 +1,93 @@
+"""The validator's near-tie diagnosis: a proven flip passes, a wrong choice does not.
+
+Uses the trained digits ViT (small, fast) with MCTF r=4.
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from deploytk.config import load_config
+from deploytk.export.manifest import sha256_file
+from deploytk.export.pipeline import run_export
+from deploytk.validate.branches import _run_reference, probed_model
+from deploytk.validate.validator import Tolerances, failing_images, validate
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def digits_mctf(tmp_path_factory):
+    cfg = load_config(ROOT / "export_configs" / "digits_vit_mctf_r4.yaml")
+    cfg = cfg.model_copy(update={"checkpoint": str(ROOT / cfg.checkpoint)})
+    out = tmp_path_factory.mktemp("art") / "digits_mctf"
+    run_export(cfg, out)
+    return out
+
+
+def _digit_batches(n=32, batch=8):
+    from deploytk.data import synthetic_batches
+
+    return synthetic_batches(n, batch, (32, 32))
+
+
+def test_probed_model_exposes_every_matching_node(digits_mctf):
+    model_bytes, probes = probed_model(digits_mctf / "model.onnx")
+    model = onnx.load_from_string(model_bytes)
+    assert [p.op for p in probes] == ["MctfMatch"] * 11  # blocks 1..11
+    outputs = {o.name for o in model.graph.output}
+    assert all(p.dest in outputs and set(p.inputs) <= outputs for p in probes)
+
+
+def test_reference_replayed_with_its_own_choices_is_unchanged(digits_mctf):
+    from deploytk.config import config_from_dict
+    from deploytk.models import build_reference
+
+    manifest = json.loads((digits_mctf / "manifest.json").read_text())
+    reference = build_reference(config_from_dict(manifest["config"]))
+    batch = _digit_batches(8, 8)[0]
+    logits, calls = _run_reference(reference, batch)
+    replayed, _ = _run_reference(reference, batch, [dest.numpy() for _, _, dest in calls])
+    np.testing.assert_array_equal(logits, replayed)
+    assert len(calls) == 11 and reference.dest_hook is None
+
+
+def test_clean_export_passes_and_flips_carry_evidence(digits_mctf):
+    report = validate(digits_mctf, "ort", _digit_batches(), Tolerances())
+    assert report.passed, report.to_dict()
+    for flip in report.branch_flips:
+        assert flip["explained"] and flip["input_rel_diff"] <= 1e-4 and flip["replay_max_abs_diff"] <= 1e-4
+
+
+def test_a_backend_that_matches_differently_fails_with_unexplained_flips(digits_mctf, tmp_path):
+    """Tamper with MctfMatch's tau_sim in the ONNX file: choices change for real, not at ties."""
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(digits_mctf, bad)
+    model = onnx.load(str(bad / "model.onnx"))
+    for node in model.graph.node:
+        if node.op_type == "MctfMatch":
+            for a in node.attribute:
+                if a.name == "tau_sim":
+                    a.f = 0.02
+    onnx.save(model, str(bad / "model.onnx"))
+    manifest = json.loads((bad / "manifest.json").read_text())
+    manifest["onnx"]["sha256"] = sha256_file(bad / "model.onnx")
+    (bad / "manifest.json").write_text(json.dumps(manifest))
+
+    report = validate(bad, "ort", _digit_batches(), Tolerances())
+    assert not report.passed
+    assert report.branch_flips and not any(f["explained"] for f in report.branch_flips)
+    assert not report.checks["near-tie branch flips explained and <= max_branch_flips"]
+    assert all(f["op"] == "MctfMatch" and not f["op_reproduces_backend"] for f in report.branch_flips)
+
+
+def test_failing_images_uses_polygraphys_rule():
+    ref = [np.array([[1.0, 2.0], [10.0, 0.0]], np.float32)]
+    out = [np.array([[1.0, 2.0005], [10.0005, 0.0]], np.float32)]  # row 1: abs 5e-4 but rel 5e-5
+    assert failing_images(ref, out, Tolerances(atol=1e-4, rtol=1e-4)) == [0]
