@@ -70,7 +70,14 @@ def merge_as_written(path: Path) -> dict:
 
 
 def settings_text(merge: dict) -> str:
-    return ", ".join(f"{k}={json.dumps(v)}" for k, v in merge.items() if k != "method") or "(defaults)"
+    parts = [f"{k}={json.dumps(v)}" for k, v in merge.items() if k not in ("method", "options")]
+    options = dict(merge.get("options") or {})
+    calibration = options.pop("calibration", None)
+    if options:
+        parts.append(f"options={json.dumps(options)}")
+    if calibration:  # the full record is in the config and the JSON; the table names the statistic
+        parts.append(f"calibrated: q={calibration['quantile']} over {calibration['images']} images")
+    return ", ".join(parts) or "(defaults)"
 
 
 def row_of(path: Path, report: dict, merge: dict) -> dict:
