@@ -397,6 +397,77 @@ def eval_accuracy(
 
 @app.command()
 @handle_errors
+def selftest(
+    json_out: bool = typer.Option(False, "--json", help='Print {"cases": [{"op", "dtype", "shape", "max_abs_err", "passed"}, ...]} on stdout.'),
+    seed: int = typer.Option(0, help="Seed of the randomized shapes and inputs."),
+):
+    """Run every Triton kernel against the PyTorch reference (GPU natively; CPU via TRITON_INTERPRET=1)."""
+    import os
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise DeploytkError(
+                "selftest runs the Triton kernels natively on a CUDA GPU, and none is available here.",
+                hint="Run `TRITON_INTERPRET=1 deploytk selftest` to run them in Triton's CPU interpreter (small shapes).",
+            )
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        raise DeploytkError("selftest needs Triton (`pip install triton`).") from None
+    from deploytk.kernels import selftest as st
+
+    with progress(not json_out) as step:
+        step("running the kernels against the PyTorch reference")
+        cases = st.run(seed)
+    report = st.to_json(cases)
+    if json_out:
+        _emit_json(report)
+    else:
+        env = report["environment"]
+        table = Table(title=f"deploytk selftest ({env['mode']}, Triton {env['triton']}{', ' + env['gpu'] if 'gpu' in env else ''})")
+        for col in ("op", "dtype", "shape", "max err (rel. to scale)", "tolerance", "result"):
+            table.add_column(col)
+        for c in cases:
+            shape = " ".join(f"{k}={v}" for k, v in c.shape.items())
+            table.add_row(c.op, c.dtype, shape, f"{c.max_abs_err:.2e}", f"{c.tolerance:.0e}", "[green]pass[/]" if c.passed else "[red]FAIL[/]")
+        out_console.print(table)
+        for dtype, why in env.get("skipped", {}).items():
+            out_console.print(f"skipped {dtype}: {why}")
+        n_fail = sum(not c.passed for c in cases)
+        out_console.print("[bold green]PASS[/]" if not n_fail else f"[bold red]FAIL[/]: {n_fail} of {len(cases)} cases")
+    raise typer.Exit(0 if report["passed"] else 1)
+
+
+plugins_app = typer.Typer(no_args_is_help=True, help="TensorRT plugin kernels (AOT Triton).")
+app.add_typer(plugins_app, name="plugins")
+
+
+@plugins_app.command("compile")
+@handle_errors
+def plugins_compile(
+    arch: str = typer.Option(..., help="GPU architecture: sm_80 | sm_86 | sm_89 | sm_90."),
+    output: Path = typer.Option(..., help="Directory for the .ptx files and kernels.json (replaced atomically)."),
+    json_out: bool = typer.Option(False, "--json", help="Print kernels.json on stdout."),
+):
+    """Compile every plugin kernel ahead of time to PTX (no GPU needed)."""
+    from plugins.aot import ARCHES, compile_all
+
+    if arch not in ARCHES:
+        raise DeploytkError(f"--arch {arch!r} is not supported; choose one of {', '.join(ARCHES)}.")
+    with progress(not json_out) as step:
+        index = compile_all(arch, output, step=step)
+    if json_out:
+        _emit_json(index)
+    else:
+        for k in index["kernels"]:
+            out_console.print(f"{output / k['file']}  ({k['kernel_name']}, {k['num_warps']} warps, {k['shared_mem']} B shared)")
+        out_console.print(f"[bold green]{len(index['kernels'])} kernels[/] compiled for {arch}; index: {output / 'kernels.json'}")
+
+
+@app.command()
+@handle_errors
 def doctor(json_out: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout.")):
     """Report versions, ONNX Runtime providers, GPU and TensorRT availability."""
     from deploytk.doctor import environment_report

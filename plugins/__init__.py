@@ -1,6 +1,7 @@
-"""TensorRT plugins for the deploytk custom ops (TokenMerge, ProportionalAttention).
+"""TensorRT plugins for the deploytk custom ops.
 
-Not implemented yet: the ONNX nodes already carry plugin_namespace="deploytk" and
-plugin_version="1", so once plugins are registered here TensorRT's parser will use them;
-without them it inlines the nodes' standard-op function bodies.
+``plugins.aot`` compiles the Triton kernels of ``deploytk.kernels`` to PTX ahead of time
+(``deploytk plugins compile``); ``plugins.tensorrt_plugins`` registers them with TensorRT as
+quickly-deployable AOT plugins (import-guarded: TensorRT is optional). Without a registered
+plugin, TensorRT's ONNX parser inlines the node's standard-op function body.
 """

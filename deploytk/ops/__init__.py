@@ -59,4 +59,12 @@ def custom_translation_table() -> dict:
     return {o.overload: o.translation or o.onnx_function for o in OPS.values()}
 
 
+def _register_gpu_kernels() -> None:
+    from deploytk.kernels.launch import register_cuda_kernels
+
+    register_cuda_kernels()  # the Triton kernels become the CUDA implementation (imported lazily on first CUDA call)
+
+
+_register_gpu_kernels()
+
 __all__ = ["OPS", "MATCHING_OPS", "CustomOp", "DOMAIN", "DOMAIN_VERSION", "PLUGIN_ATTRIBUTES", "custom_translation_table"]

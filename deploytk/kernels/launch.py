@@ -1,0 +1,94 @@
+"""Torch-facing launchers of the Triton kernels: argument checks first, then one kernel launch.
+
+These are the CUDA implementations of the deploytk torch ops (registered by
+``register_cuda_kernels``) and what ``deploytk selftest`` runs; under ``TRITON_INTERPRET=1``
+they run on CPU tensors in Triton's interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from deploytk.errors import DeploytkError
+
+#: dtypes the kernels are built for (the same list the TensorRT plugins advertise)
+KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _check_device(*tensors) -> None:
+    if not interpreting() and not all(t.is_cuda for t in tensors):
+        raise DeploytkError("the Triton kernels need CUDA tensors (or TRITON_INTERPRET=1 to run them on CPU in Triton's interpreter).")
+
+
+def _check_dtype(name: str, x: torch.Tensor) -> None:
+    if x.dtype not in KERNEL_DTYPES:
+        raise DeploytkError(f"{name}: dtype {x.dtype} is not supported by the kernel; use float32, float16 or bfloat16.")
+
+
+def precision(dtype: torch.dtype) -> str:
+    """fp32 inputs: exact fp32 products ('ieee'), not TF32, so fp32 results match the reference."""
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def token_aggregate(x: torch.Tensor, weight: torch.Tensor, dest: torch.Tensor, tokens_out: int, normalize: bool) -> torch.Tensor:
+    from deploytk.kernels import token_aggregate as k
+    from deploytk.ops.token_aggregate import check_aggregate_args  # (deploytk.ops imports this module)
+
+    check_aggregate_args(x, weight, dest, tokens_out)
+    _check_dtype("token_aggregate", x)
+    _check_device(x, weight, dest)
+    b, n, c = x.shape
+    x = x.contiguous()
+    w = weight.reshape(b, n).to(torch.float32).contiguous()
+    out = torch.empty(b, tokens_out, c, dtype=x.dtype, device=x.device)
+    if out.numel() == 0:
+        return out
+    cfg = k.config(c)
+    k.token_aggregate_kernel[k.grid(b, tokens_out, c, cfg)](
+        x, w, dest.contiguous(), n, c, tokens_out, out, NORMALIZE=bool(normalize), PRECISION=precision(x.dtype), **cfg
+    )
+    return out
+
+
+def proportional_attention(q, k, v, size, scale: float) -> torch.Tensor:
+    from deploytk.kernels import proportional_attention as pa
+    from deploytk.ops.proportional_attention import check_attention_args
+
+    check_attention_args(q, k, v, size)
+    if v.shape != q.shape:
+        raise DeploytkError(f"the attention kernel needs v of q's shape {tuple(q.shape)}; got {tuple(v.shape)}.")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise DeploytkError(f"q, k, v must share a dtype; got {q.dtype}, {k.dtype}, {v.dtype}.")
+    _check_dtype("proportional_attention", q)
+    _check_device(q, k, v, size)
+    b, h, n, d = q.shape
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    if out.numel() == 0:
+        return out
+    cfg = pa.config(d)
+    pa.proportional_attention_kernel[pa.grid(b, h, n, cfg)](
+        q.contiguous(), k.contiguous(), v.contiguous(), size.reshape(b, n).to(torch.float32).contiguous(), n, h, out,
+        SCALE=float(scale), HEAD_D=d, PRECISION=precision(q.dtype), **cfg,
+    )
+    return out
+
+
+def register_cuda_kernels() -> None:
+    """Make the Triton kernels the CUDA implementation of the deploytk torch ops (a fast PyTorch GPU path)."""
+
+    @torch.library.register_kernel("deploytk::token_aggregate", "cuda")
+    def _(x, weight, dest, tokens_out, normalize):
+        return token_aggregate(x, weight, dest, tokens_out, normalize)
+
+    @torch.library.register_kernel("deploytk::proportional_attention", "cuda")
+    def _(q, k, v, size, scale):
+        return proportional_attention(q, k, v, size, scale)
+
+
+__all__ = ["KERNEL_DTYPES", "token_aggregate", "proportional_attention", "register_cuda_kernels", "interpreting"]

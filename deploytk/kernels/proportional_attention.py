@@ -1,0 +1,65 @@
+"""Triton kernel of ``ProportionalAttention``: softmax((Q*scale) K^T + log(size)) V, flash-style.
+
+One program per (block of queries, batch*head): keys/values stream through in blocks with an
+online softmax (running max and sum in fp32), so the [N, N] logits never reach memory. The
+scale is applied to Q before the first matmul, as in the reference and TensorRT's fused
+attention. log(size) is the additive key bias; padded keys get -inf.
+
+Parameter order follows TensorRT's AOT plugin convention (inputs, int scalars, outputs); the
+scale is a compile-time constant because AOT plugin scalars are integers.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def proportional_attention_kernel(
+    q_ptr, k_ptr, v_ptr, size_ptr,  # q, k, v [B, H, N, D]; size [B, N] fp32
+    N, H,
+    out_ptr,  # [B, H, N, D]
+    SCALE: tl.constexpr, HEAD_D: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    bh = tl.program_id(1).to(tl.int64)
+    b = bh // H
+    base = bh * N * HEAD_D
+    m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    d = tl.arange(0, BLOCK_D)
+    m_ok, d_ok = m < N, d < HEAD_D
+    q = tl.load(q_ptr + base + m[:, None] * HEAD_D + d[None, :], mask=m_ok[:, None] & d_ok[None, :], other=0.0)
+    q = (q.to(tl.float32) * SCALE).to(q.dtype)
+    m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    for n0 in range(0, N, BLOCK_N):
+        n = n0 + tl.arange(0, BLOCK_N)
+        n_ok = n < N
+        kv_mask = n_ok[:, None] & d_ok[None, :]
+        k = tl.load(k_ptr + base + n[:, None] * HEAD_D + d[None, :], mask=kv_mask, other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        size = tl.load(size_ptr + b * N + n, mask=n_ok, other=1.0)
+        s = s + tl.where(n_ok, tl.log(size), float("-inf"))[None, :]
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        p = tl.exp(s - m_new[:, None])
+        alpha = tl.exp(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = tl.load(v_ptr + base + n[:, None] * HEAD_D + d[None, :], mask=kv_mask, other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        m_i = m_new
+    out = acc / l_i[:, None]
+    tl.store(out_ptr + base + m[:, None] * HEAD_D + d[None, :], out.to(out_ptr.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
+
+
+def config(head_dim: int) -> dict:
+    return {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_D": max(16, triton.next_power_of_2(head_dim))}
+
+
+def grid(batch, heads: int, tokens: int, cfg: dict, cdiv=triton.cdiv) -> tuple:
+    """(query tiles, batch * heads, 1). ``batch`` may be symbolic with ``cdiv=trtp.cdiv`` (TensorRT plugins)."""
+    return (cdiv(tokens, cfg["BLOCK_M"]), batch * heads, 1)
+
+
+__all__ = ["proportional_attention_kernel", "config", "grid"]

@@ -1,0 +1,119 @@
+"""`deploytk selftest`: every Triton kernel against the PyTorch reference.
+
+Randomized shapes (seeded), all dtypes and several batch sizes; natively on a GPU, or in
+Triton's interpreter on a CPU (``TRITON_INTERPRET=1``, small shapes). The reference runs in
+fp32 on the same (rounded) inputs; the error is measured relative to the output's scale.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass
+
+import torch
+
+#: max |kernel - reference| / max(1, max |reference|) allowed per dtype
+TOLERANCE = {torch.float32: 1e-5, torch.float16: 5e-3, torch.bfloat16: 4e-2}
+DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+#: Triton 3.8's interpreter computes tl.dot on bf16 operands wrongly (checked with a one-dot kernel), so bf16 runs on GPUs only
+INTERPRETER_SKIPS = {torch.bfloat16: "tl.dot on bf16 is wrong in Triton's CPU interpreter; bf16 is checked on a GPU"}
+
+
+@dataclass
+class Case:
+    op: str
+    dtype: str
+    shape: dict
+    max_abs_err: float
+    tolerance: float
+    passed: bool
+
+
+def valid_assignment(b: int, n: int, t: int, gen: torch.Generator) -> torch.Tensor:
+    """dest [b, n] where every output slot 0..t-1 receives >= 1 token (what the matching ops produce) and some tokens are dropped (t)."""
+    dest = torch.empty(b, n, dtype=torch.long)
+    for i in range(b):
+        perm = torch.randperm(n, generator=gen)
+        dest[i, perm[:t]] = torch.arange(t)
+        dest[i, perm[t:]] = torch.randint(0, t + 1, (n - t,), generator=gen)
+    return dest
+
+
+def aggregate_shapes(interpreter: bool, rng: random.Random) -> list[tuple[int, int, int, int]]:
+    """(B, N, C, T) cases: fixed ViT shapes plus seeded random ones."""
+    if interpreter:
+        fixed = [(1, 17, 24, 9), (2, 65, 96, 50), (3, 197, 64, 181)]
+        rand = [(rng.randint(1, 3), n, rng.choice([16, 40, 72]), 0) for n in rng.sample(range(5, 120), 2)]
+    else:
+        fixed = [(64, 197, 768, 181), (8, 577, 1024, 561), (1, 577, 384, 289), (64, 197, 384, 140)]
+        rand = [(rng.randint(1, 64), n, rng.choice([192, 384, 768, 1024]), 0) for n in rng.sample(range(5, 578), 4)]
+    return fixed + [(b, n, c, rng.randint(1, n)) for b, n, c, _ in rand]
+
+
+def attention_shapes(interpreter: bool, rng: random.Random) -> list[tuple[int, int, int, int]]:
+    """(B, H, N, D) cases."""
+    if interpreter:
+        fixed = [(1, 1, 17, 16), (2, 3, 65, 32), (1, 3, 197, 64)]
+        rand = [(rng.randint(1, 2), rng.randint(1, 3), n, rng.choice([16, 64])) for n in rng.sample(range(2, 100), 2)]
+    else:
+        fixed = [(64, 12, 197, 64), (64, 6, 197, 64), (2, 16, 577, 64), (8, 3, 181, 64)]
+        rand = [(rng.randint(1, 64), rng.choice([3, 6, 12]), n, 64) for n in rng.sample(range(2, 578), 4)]
+    return fixed + rand
+
+
+def _error(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float((got.float() - want).abs().max() / max(1.0, float(want.abs().max())))
+
+
+def run(seed: int = 0, device: str | None = None) -> list[Case]:
+    from deploytk.kernels import launch
+    from deploytk.ops.proportional_attention import attention_reference
+    from deploytk.merging.assign import token_aggregate as aggregate_reference
+
+    interpreter = launch.interpreting()
+    device = device or ("cpu" if interpreter else "cuda")
+    rng, gen = random.Random(seed), torch.Generator().manual_seed(seed)
+    cases = []
+    for dtype, tol in TOLERANCE.items():
+        if interpreter and dtype in INTERPRETER_SKIPS:
+            continue
+        for b, n, c, t in aggregate_shapes(interpreter, rng):
+            x = torch.randn(b, n, c, generator=gen).to(dtype)
+            w = torch.rand(b, n, 1, generator=gen) * 4 + 0.05
+            dest = valid_assignment(b, n, t, gen)
+            for normalize in (True, False):
+                want = aggregate_reference(x.float(), w, dest, t, normalize)
+                got = launch.token_aggregate(x.to(device), w.to(device), dest.to(device), t, normalize).cpu()
+                err = _error(got, want)
+                shape = {"B": b, "N": n, "C": c, "tokens_out": t, "normalize": normalize}
+                cases.append(Case("TokenAggregate", DTYPE_NAMES[dtype], shape, err, tol, err <= tol))
+        for b, h, n, d in attention_shapes(interpreter, rng):
+            q, k, v = (torch.randn(b, h, n, d, generator=gen).to(dtype) for _ in range(3))
+            size = torch.randint(1, 8, (b, n, 1), generator=gen).float()
+            scale = d**-0.5
+            want = attention_reference(q.float(), k.float(), v.float(), size, scale)
+            got = launch.proportional_attention(q.to(device), k.to(device), v.to(device), size.to(device), scale).cpu()
+            err = _error(got, want)
+            cases.append(Case("ProportionalAttention", DTYPE_NAMES[dtype], {"B": b, "H": h, "N": n, "D": d}, err, tol, err <= tol))
+    return cases
+
+
+def environment() -> dict:
+    import triton
+
+    from deploytk.kernels.launch import interpreting
+
+    info = {"mode": "interpreter" if interpreting() else "gpu", "triton": triton.__version__, "torch": torch.__version__}
+    if not interpreting() and torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name()
+        info["compute_capability"] = ".".join(map(str, torch.cuda.get_device_capability()))
+    if interpreting():
+        info["skipped"] = {DTYPE_NAMES[d]: why for d, why in INTERPRETER_SKIPS.items()}
+    return info
+
+
+def to_json(cases: list[Case]) -> dict:
+    return {"environment": environment(), "cases": [asdict(c) for c in cases], "passed": all(c.passed for c in cases)}
+
+
+__all__ = ["Case", "run", "to_json", "valid_assignment", "TOLERANCE"]

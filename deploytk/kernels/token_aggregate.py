@@ -1,0 +1,58 @@
+"""Triton kernel of ``TokenAggregate``: out[b, t] = sum_{i: dest[b,i]=t} w[b,i] x[b,i] (/ sum w).
+
+Deterministic: each program owns a [BLOCK_T, BLOCK_C] tile of the output and sums over all
+tokens with a one-hot matrix product (no atomics, so results do not depend on scheduling; the
+same reason the ONNX body avoids ScatterND). The one-hot is exact in every dtype; w*x is
+rounded once to the input dtype, products are accumulated in fp32.
+
+Parameter order follows TensorRT's AOT plugin convention: input pointers, then int scalars,
+then output pointers; compile-time constants last.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def token_aggregate_kernel(
+    x_ptr, w_ptr, dest_ptr,  # inputs: x [B, N, C], weight [B, N] fp32, dest [B, N] int64
+    N, C, T,  # tokens in, channels, tokens out
+    out_ptr,  # output [B, T, C]
+    NORMALIZE: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr,
+):
+    b = tl.program_id(2).to(tl.int64)
+    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    c_ok = c < C
+    acc = tl.zeros((BLOCK_T, BLOCK_C), dtype=tl.float32)
+    den = tl.zeros((BLOCK_T,), dtype=tl.float32)
+    for n0 in range(0, N, BLOCK_N):
+        n = n0 + tl.arange(0, BLOCK_N)
+        n_ok = n < N
+        d = tl.load(dest_ptr + b * N + n, mask=n_ok, other=-1)
+        w = tl.load(w_ptr + b * N + n, mask=n_ok, other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + (b * N + n[:, None]) * C + c[None, :], mask=n_ok[:, None] & c_ok[None, :], other=0.0)
+        hit = d[None, :] == t[:, None]  # [BLOCK_T, BLOCK_N]
+        xw = (x.to(tl.float32) * w[:, None]).to(x.dtype)
+        acc += tl.dot(hit.to(x.dtype), xw, input_precision=PRECISION)
+        den += tl.sum(tl.where(hit, w[None, :], 0.0), axis=1)
+    if NORMALIZE:
+        acc = acc / tl.where(den > 0, den, 1.0)[:, None]
+    t_ok = t < T
+    tl.store(out_ptr + (b * T + t[:, None]) * C + c[None, :], acc.to(out_ptr.dtype.element_ty), mask=t_ok[:, None] & c_ok[None, :])
+
+
+def config(channels: int) -> dict:
+    """Tile sizes (compile-time constants): 32 output tokens x 64 tokens in x 64 channels."""
+    return {"BLOCK_T": 32, "BLOCK_N": 64, "BLOCK_C": 64 if channels >= 64 else max(16, triton.next_power_of_2(channels))}
+
+
+def grid(batch, tokens_out: int, channels: int, cfg: dict, cdiv=triton.cdiv) -> tuple:
+    """(token tiles, channel tiles, batch). ``batch`` may be symbolic with ``cdiv=trtp.cdiv`` (TensorRT plugins)."""
+    return (cdiv(tokens_out, cfg["BLOCK_T"]), cdiv(channels, cfg["BLOCK_C"]), batch)
+
+
+__all__ = ["token_aggregate_kernel", "config", "grid"]

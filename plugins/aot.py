@@ -1,0 +1,124 @@
+"""Ahead-of-time compilation of the deploytk Triton kernels to PTX (what the AOT plugins embed).
+
+``compile_variant`` is the one place that turns a kernel + dtype + attributes into PTX and
+launch metadata; the TensorRT plugins' ``aot_impl`` and ``deploytk plugins compile`` both use
+it. Compiling needs Triton's LLVM backend only, no GPU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from deploytk.errors import DeploytkError
+
+ARCHES = {"sm_80": 80, "sm_86": 86, "sm_89": 89, "sm_90": 90}
+#: Triton pointer types per tensor dtype name (TensorRT: FP32, FP16, BF16)
+POINTER = {"fp32": "*fp32", "fp16": "*fp16", "bf16": "*bf16"}
+
+
+@dataclass
+class KernelVariant:
+    """One compiled form: which op, dtype and compile-time constants."""
+
+    op: str  # ONNX / plugin op name
+    dtype: str  # fp32 | fp16 | bf16 (x / q,k,v and the output)
+    constexprs: dict
+    signature: dict = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        consts = "_".join(f"{k.lower()}{str(v).replace('.', 'p')}" for k, v in self.constexprs.items() if k != "PRECISION")
+        return f"{self.op}_{self.dtype}_{consts}"
+
+
+def token_aggregate_variant(dtype: str, channels: int, normalize: bool) -> KernelVariant:
+    from deploytk.kernels import token_aggregate as k
+
+    sig = {"x_ptr": POINTER[dtype], "w_ptr": "*fp32", "dest_ptr": "*i64", "N": "i32", "C": "i32", "T": "i32", "out_ptr": POINTER[dtype]}
+    consts = {"NORMALIZE": bool(normalize), "PRECISION": _precision(dtype), **k.config(channels)}
+    return KernelVariant("TokenAggregate", dtype, consts, sig)
+
+
+def proportional_attention_variant(dtype: str, head_dim: int, scale: float) -> KernelVariant:
+    from deploytk.kernels import proportional_attention as pa
+
+    p = POINTER[dtype]
+    sig = {"q_ptr": p, "k_ptr": p, "v_ptr": p, "size_ptr": "*fp32", "N": "i32", "H": "i32", "out_ptr": p}
+    consts = {"SCALE": float(scale), "HEAD_D": int(head_dim), "PRECISION": _precision(dtype), **pa.config(head_dim)}
+    return KernelVariant("ProportionalAttention", dtype, consts, sig)
+
+
+def _precision(dtype: str) -> str:
+    return "ieee" if dtype == "fp32" else "tf32"
+
+
+def _kernel_fn(op: str):
+    from deploytk.kernels.proportional_attention import proportional_attention_kernel
+    from deploytk.kernels.token_aggregate import token_aggregate_kernel
+
+    return {"TokenAggregate": token_aggregate_kernel, "ProportionalAttention": proportional_attention_kernel}[op]
+
+
+@dataclass
+class CompiledKernel:
+    kernel_name: str
+    ptx: str
+    num_warps: int
+    shared_mem: int
+    arch: str
+
+
+def compile_variant(variant: KernelVariant, arch: str) -> CompiledKernel:
+    """triton.compile -> PTX for ``arch`` (sm_80/86/89/90); no GPU needed."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    if arch not in ARCHES:
+        raise DeploytkError(f"--arch {arch!r} is not supported; choose one of {', '.join(ARCHES)}.")
+    fn = _kernel_fn(variant.op)
+    signature = dict(variant.signature) | {name: "constexpr" for name in variant.constexprs}
+    params = inspect.signature(ASTSource.__init__).parameters
+    key = "constexprs" if "constexprs" in params else "constants"  # renamed in Triton 3.3
+    src = ASTSource(fn=fn, signature=signature, **{key: dict(variant.constexprs)})
+    compiled = triton.compile(src, target=GPUTarget("cuda", ARCHES[arch], 32))
+    return CompiledKernel(compiled.metadata.name, compiled.asm["ptx"], compiled.metadata.num_warps, compiled.metadata.shared, arch)
+
+
+def standard_variants() -> list[KernelVariant]:
+    """What `deploytk plugins compile` writes: every kernel in every dtype at ViT shapes
+    (channels >= 64, head dim 64 with its scale 1/8). Builds compile their own attributes."""
+    out = []
+    for dtype in POINTER:
+        out += [token_aggregate_variant(dtype, 384, normalize) for normalize in (True, False)]
+        out.append(proportional_attention_variant(dtype, 64, 64**-0.5))
+    return out
+
+
+def compile_all(arch: str, output: Path, variants: list[KernelVariant] | None = None, step=lambda msg: None) -> dict:
+    """Write ``<label>.ptx`` for every variant plus ``kernels.json``; all or nothing."""
+    from deploytk.export.artifacts import atomic_directory
+
+    variants = variants if variants is not None else standard_variants()
+    records = []
+    with atomic_directory(Path(output)) as tmp:
+        for v in variants:
+            step(f"compiling {v.label} for {arch}")
+            k = compile_variant(v, arch)
+            (tmp / f"{v.label}.ptx").write_text(k.ptx)
+            records.append({
+                "op": v.op, "dtype": v.dtype, "constexprs": v.constexprs, "file": f"{v.label}.ptx", "kernel_name": k.kernel_name,
+                "num_warps": k.num_warps, "block_x": k.num_warps * 32, "shared_mem": k.shared_mem, "arch": arch,
+                "ptx_sha256": hashlib.sha256(k.ptx.encode()).hexdigest(),
+            })
+        index = {"arch": arch, "kernels": records}
+        (tmp / "kernels.json").write_text(json.dumps(index, indent=2) + "\n")
+    return index
+
+
+__all__ = ["ARCHES", "KernelVariant", "CompiledKernel", "compile_variant", "compile_all", "standard_variants",
+           "token_aggregate_variant", "proportional_attention_variant"]
