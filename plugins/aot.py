@@ -53,7 +53,11 @@ def proportional_attention_variant(dtype: str, head_dim: int, scale: float) -> K
 
 
 def _precision(dtype: str) -> str:
-    return "ieee" if dtype == "fp32" else "tf32"
+    import torch
+
+    from deploytk.kernels.launch import precision
+
+    return precision({"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[dtype])  # the torch launcher's rule
 
 
 def _kernel_fn(op: str):
