@@ -29,14 +29,8 @@ def _attention_flops(inputs, outputs) -> int:
     return b * h * n * n * (d + dv)
 
 
-def _token_merge_flops(inputs, outputs) -> int:
-    # matching scores A @ B^T on the metric: [B, ceil(N/2), D] x [B, D, floor(N/2)]
-    b, n, d = _shape(inputs[2])
-    return b * ((n + 1) // 2) * (n // 2) * d
-
-
 def _alternation_scores_flops(inputs, outputs) -> int:
-    # MCTF: A @ B^T on the block input, alternation split
+    # ToMe and MCTF matching scores A @ B^T on the metric: [B, ceil(N/2), D] x [B, D, floor(N/2)]
     b, n, d = _shape(inputs[0])
     return b * ((n + 1) // 2) * (n // 2) * d
 
@@ -66,7 +60,7 @@ _EXTRA_HANDLES = {
     "deploytk::token_aggregate": _no_flops,
     "deploytk::proportional_attention": _attention_flops,
     "aten::scaled_dot_product_attention": _attention_flops,
-    "deploytk::token_merge": _token_merge_flops,
+    "deploytk::tome_match": _alternation_scores_flops,
 }
 
 

@@ -1,8 +1,8 @@
 """torch.onnx (dynamo) export of the merged reference into deploytk custom ops.
 
 The torch custom ops are translated to calls of the ONNX functions in ``deploytk.ops``;
-the exporter adds those as model-local functions, so every TokenMerge and
-ProportionalAttention node is backed by a standard-op body (ONNX Runtime inlines it) and
+the exporter adds those as model-local functions, so every deploytk node (ToMeMatch,
+TokenAggregate, ProportionalAttention, ...) is backed by a standard-op body (ONNX Runtime inlines it) and
 carries ``plugin_namespace``/``plugin_version`` for TensorRT's parser.
 """
 

@@ -16,7 +16,7 @@ from deploytk.errors import DeploytkError
 from deploytk.merging import atm
 from deploytk.merging.mctf import mctf_cap
 from deploytk.merging.options import ATMOptions, KeepRateOptions, MCTFOptions
-from deploytk.merging.patch import MergedViT, attention_output, attention_probs
+from deploytk.merging.patch import MergedViT, aggregate_size, attention_output, attention_probs
 from deploytk.merging.pruning import keep_count
 from deploytk.merging.schedule import TokenSchedule
 
@@ -30,8 +30,6 @@ def _check_layers(layers, depth: int, method: str) -> list[int]:
     return sorted(set(layers))
 
 
-def _aggregate_size(size, dest, tokens_out):
-    return _ops.token_aggregate(size, torch.ones_like(size), dest, tokens_out, False)
 
 
 class MCTFViT(MergedViT):
@@ -103,7 +101,7 @@ class MCTFViT(MergedViT):
         else:
             weight = torch.ones_like(size)
         x_new = _ops.token_aggregate(x, weight, dest, n_out, True)
-        size_new = _aggregate_size(size, dest, n_out)
+        size_new = aggregate_size(size, dest, n_out)
         probs_next = None
         if attn_next:
             b, h, n, _ = probs.shape
@@ -164,9 +162,9 @@ class ATMViT(MergedViT):
         tome = sum(1 for i in range(min(self.split_layer, last)) if eff[i] > 0)
         split = sum(1 for i in range(self.split_layer, last) if eff[i] > 0)
         return {
-            "TokenMerge": tome,
+            "ToMeMatch": tome,
             "SizeSplitMatch": split,
-            "TokenAggregate": 2 * split,
+            "TokenAggregate": 2 * (tome + split),
             "ProportionalAttention": len(eff) if self.prop_attn else 0,
         }
 
@@ -185,10 +183,10 @@ class ATMViT(MergedViT):
         if r <= 0:
             return x, size
         if not size_split:
-            return _ops.token_merge(x, size, metric, r, self.protected, self.sort_unmerged)
+            return self._tome_merge(x, size, metric, r)
         n_out = x.shape[1] - r
         dest = self._match("size_split_match", metric, size, r, self.protected)
-        return _ops.token_aggregate(x, size, dest, n_out, True), _aggregate_size(size, dest, n_out)
+        return _ops.token_aggregate(x, size, dest, n_out, True), aggregate_size(size, dest, n_out)
 
     @torch.no_grad()
     def calibration_pass(self, images: torch.Tensor) -> list[int]:
@@ -245,14 +243,14 @@ class SelectViT(MergedViT):
         if self.mode == "crucial":
             dest = self._match("crucial_match", metric, cls_attn, keep, p)
             n_out = p + keep
-            return _ops.token_aggregate(x, cls_attn[..., None], dest, n_out, True), _aggregate_size(size, dest, n_out)
+            return _ops.token_aggregate(x, cls_attn[..., None], dest, n_out, True), aggregate_size(size, dest, n_out)
         dest = self._match("topk_select", cls_attn, keep, p)
         if self.mode == "evit":  # the rest fused into one last token: sum of a_i x_i (EViT)
             n_out = p + keep + 1
             weight = torch.where((dest == p + keep)[..., None], cls_attn[..., None], ones)
-            return _ops.token_aggregate(x, weight, dest, n_out, False), _aggregate_size(size, dest, n_out)
+            return _ops.token_aggregate(x, weight, dest, n_out, False), aggregate_size(size, dest, n_out)
         n_out = p + keep
-        return _ops.token_aggregate(x, ones, dest, n_out, False), _aggregate_size(size, dest, n_out)
+        return _ops.token_aggregate(x, ones, dest, n_out, False), aggregate_size(size, dest, n_out)
 
 
 __all__ = ["MCTFViT", "ATMViT", "SelectViT"]

@@ -17,6 +17,11 @@ import deploytk.ops  # noqa: F401  (registers torch.ops.deploytk.*)
 from deploytk.errors import DeploytkError
 from deploytk.merging.schedule import TokenSchedule, cap_schedule, parse_r
 
+
+def aggregate_size(size: torch.Tensor, dest: torch.Tensor, tokens_out: int) -> torch.Tensor:
+    """Sizes of the output tokens: the sum of the sizes merged into each."""
+    return torch.ops.deploytk.token_aggregate(size, torch.ones_like(size), dest, tokens_out, False)
+
 _SUPPORTED_POOLS = ("token", "avg", "avgmax", "max", "")
 
 
@@ -91,8 +96,10 @@ class MergedViT(nn.Module):
 
     def expected_custom_ops(self) -> dict[str, int]:
         """deploytk nodes the exported graph must contain (checked after export)."""
+        merges = sum(1 for r in self.schedule.effective_r if r > 0)
         return {
-            "TokenMerge": sum(1 for r in self.schedule.effective_r if r > 0),
+            "ToMeMatch": merges,
+            "TokenAggregate": 2 * merges,  # tokens and sizes
             "ProportionalAttention": len(self.vit.blocks) if self.prop_attn else 0,
         }
 
@@ -121,8 +128,14 @@ class MergedViT(nn.Module):
         """ToMe: merge r tokens on the attention keys (between attention and MLP)."""
         r = self.schedule.effective_r[i]
         if r > 0:
-            x, size = torch.ops.deploytk.token_merge(x, size, metric, r, self.protected, self.sort_unmerged)
+            x, size = self._tome_merge(x, size, metric, r)
         return x, size
+
+    def _tome_merge(self, x, size, metric, r: int):
+        """One ToMe merge: match on the metric, then size-weighted average of x; sizes add up."""
+        dest = self._match("tome_match", metric, r, self.protected, self.sort_unmerged)
+        n_out = x.shape[1] - r
+        return torch.ops.deploytk.token_aggregate(x, size, dest, n_out, True), aggregate_size(size, dest, n_out)
 
     def _attention(self, attn: nn.Module, x, size, cls_attention: bool = False):
         """timm Attention.forward, with proportional attention.

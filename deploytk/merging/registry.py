@@ -66,11 +66,11 @@ METHODS: dict[str, Method] = {
     m.name: m
     for m in [
         Method("tome", "ToMe: bipartite soft matching on attention keys, size-weighted merge after attention", ToMeOptions, _tome,
-               ops=("TokenMerge",)),
+               ops=("ToMeMatch", "TokenAggregate")),
         Method("mctf", "MCTF: multi-criteria (similarity, informativeness, size) bidirectional fusion with one-step-ahead attention", MCTFOptions, _mctf,
                ops=("MctfMatch", "TokenAggregate")),
         Method("atm", "ATM: layer-wise similarity thresholds and size-distinctive matching; r calibrated with `deploytk calibrate`", ATMOptions, _atm,
-               ops=("TokenMerge", "SizeSplitMatch", "TokenAggregate")),
+               ops=("ToMeMatch", "SizeSplitMatch", "TokenAggregate")),
         Method("topk", "Top-K: keep the tokens the class token attends to most, drop the rest", KeepRateOptions, _select("topk"),
                uses_r=False, ops=("TopKSelect", "TokenAggregate")),
         Method("evit", "EViT: keep the top tokens by class attention, fuse the rest into one token", KeepRateOptions, _select("evit"),

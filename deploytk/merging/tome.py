@@ -1,6 +1,6 @@
 """ToMe's bipartite soft matching and size-weighted merge, in plain batched torch.
 
-This is the eager reference behind ``deploytk::token_merge``. It follows the public
+This is the eager reference behind ``deploytk::tome_match`` (+ ``token_aggregate``). It follows the public
 ToMe algorithm (facebookresearch/ToMe ``merge.py``) and generalises its protected tokens
 from {class, distillation} to the first ``protected`` tokens (class + distillation +
 register tokens): a protected token in the alternation's set A may not be a source (its
@@ -84,3 +84,34 @@ def merge_tokens(
     merged = apply_merge(torch.cat([x * size, size], dim=-1), unm_idx, src_idx, dst_idx, protected)
     new_size = merged[..., -1:]
     return merged[..., :-1] / new_size, new_size
+
+
+def tome_slots(na: int, nb: int, r: int, protected: int) -> tuple[list[int], list[int]]:
+    """Output slot of the k-th unmerged A token and of each B token in ``apply_merge``'s order.
+
+    Order: the protected prefix interleaved (A0, B0, A1, ...), the other unmerged A tokens,
+    the other B tokens. Closed form, so kernels and ONNX bodies compute it without a sort.
+    """
+    pa, pb = protected_split(protected)
+    n_unm = na - r
+    unm = [2 * k if k < pa else protected + k - pa for k in range(n_unm)]
+    dst = [2 * j + 1 if j < pb else protected + n_unm - pa + j - pb for j in range(nb)]
+    return unm, dst
+
+
+def tome_dest(metric: torch.Tensor, r: int, protected: int, sort_unmerged: bool) -> torch.Tensor:
+    """ToMe's matching as an assignment: dest [B, N], the output slot of every token.
+
+    ``token_aggregate(x, size, dest, N - r, normalize=True)`` then equals ``merge_tokens``'s
+    x (and the unnormalised aggregate of ``size`` its sizes): the split a GPU plugin needs.
+    """
+    batch, n, _ = metric.shape
+    na, nb = (n + 1) // 2, n // 2
+    unm_idx, src_idx, dst_idx = bipartite_matching(metric, r, protected, sort_unmerged)
+    unm_slot, b_slot = (torch.tensor(s, dtype=torch.long, device=metric.device) for s in tome_slots(na, nb, r, protected))
+    dest_a = torch.empty(batch, na, dtype=torch.long, device=metric.device)
+    dest_a.scatter_(1, unm_idx, unm_slot.expand(batch, -1))
+    dest_a.scatter_(1, src_idx, b_slot[dst_idx])
+    dest = torch.empty(batch, n, dtype=torch.long, device=metric.device)
+    dest[:, ::2], dest[:, 1::2] = dest_a, b_slot.expand(batch, -1)
+    return dest

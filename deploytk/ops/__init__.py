@@ -18,7 +18,7 @@ from deploytk.ops.mctf_match import MctfMatch, mctf_match, translate_mctf_match
 from deploytk.ops.proportional_attention import ProportionalAttention, proportional_attention
 from deploytk.ops.size_split_match import SizeSplitMatch, size_split_match, translate_size_split_match
 from deploytk.ops.token_aggregate import TokenAggregate, token_aggregate, translate_token_aggregate
-from deploytk.ops.token_merge import TokenMerge, token_merge, translate_token_merge
+from deploytk.ops.tome_match import ToMeMatch, tome_match, translate_tome_match
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class CustomOp:
 
 
 OPS: dict[str, CustomOp] = {
-    "TokenMerge": CustomOp("TokenMerge", "token_merge", token_merge, TokenMerge, translate_token_merge),
+    "ToMeMatch": CustomOp("ToMeMatch", "tome_match", tome_match, ToMeMatch, translate_tome_match, matching=True),
     "ProportionalAttention": CustomOp("ProportionalAttention", "proportional_attention", proportional_attention, ProportionalAttention),
     "TokenAggregate": CustomOp("TokenAggregate", "token_aggregate", token_aggregate, TokenAggregate, translate_token_aggregate),
     "MctfMatch": CustomOp("MctfMatch", "mctf_match", mctf_match, MctfMatch, translate_mctf_match, matching=True),

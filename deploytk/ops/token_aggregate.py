@@ -3,7 +3,7 @@
 out[b, j] = sum_{i: dest[b,i] = j} w[b,i] x[b,i]  (divided by sum w when ``normalize``).
 Inputs: x [B, N, C], weight [B, N, 1], dest [B, N] int64 in [0, tokens_out] (tokens_out =
 dropped). Attributes: tokens_out, normalize. Output [B, tokens_out, C]. The one merge op
-shared by MCTF, ATM's size-split layers, EViT, Top-K and crucial-token merging.
+shared by every method (ToMe, MCTF, ATM, EViT, Top-K, crucial-token merging).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def TokenAggregate(
 
     Not ScatterND(reduction="add"): ONNX Runtime's multi-threaded CPU kernel races on duplicate
     indices and returns wrong sums now and then (microsoft/onnxruntime#18048, #23396; measured
-    here on 1.31.1). TokenMerge sums the same way.
+    here on 1.31.1).
     """
     one = op.Constant(value_ints=[1])
     zero = op.Constant(value_ints=[0])

@@ -33,7 +33,7 @@ def test_export_writes_model_and_manifest(deit_s):
     assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "model.onnx"]
     assert manifest["schedule"]["tokens_per_layer"] == [197 - 16 * i for i in range(12)]
     assert manifest["schedule"]["effective_r"] == [16] * 11 + [10]
-    assert manifest["custom_ops"] == {"TokenMerge": 12, "ProportionalAttention": 12}
+    assert manifest["custom_ops"] == {"ToMeMatch": 12, "TokenAggregate": 23, "ProportionalAttention": 12}  # last sizes unused
     assert manifest["onnx"]["export_seconds"] < 60
     assert manifest["inputs"][0]["shape"] == ["batch", 3, 224, 224]
     assert manifest["versions"]["torch"]
@@ -46,15 +46,15 @@ def test_graph_has_one_custom_op_per_block_with_function_and_plugin_attributes(d
     onnx.checker.check_model(model, full_check=True)
     functions = {(f.domain, f.name) for f in model.functions}
     custom = [n for n in model.graph.node if n.domain == "deploytk"]
-    assert sorted({n.op_type for n in custom}) == ["ProportionalAttention", "TokenMerge"]
-    assert sum(n.op_type == "TokenMerge" for n in custom) == 12
+    assert sorted({n.op_type for n in custom}) == ["ProportionalAttention", "ToMeMatch", "TokenAggregate"]
+    assert sum(n.op_type == "ToMeMatch" for n in custom) == 12
     assert sum(n.op_type == "ProportionalAttention" for n in custom) == 12
     for node in custom:
         assert ("deploytk", node.op_type) in functions
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         for key, value in PLUGIN_ATTRIBUTES.items():
             assert attrs[key] == value.encode()
-    merge_r = [onnx.helper.get_attribute_value(a) for n in custom if n.op_type == "TokenMerge" for a in n.attribute if a.name == "r"]
+    merge_r = [onnx.helper.get_attribute_value(a) for n in custom if n.op_type == "ToMeMatch" for a in n.attribute if a.name == "r"]
     assert merge_r == [16] * 11 + [10]
     assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
 

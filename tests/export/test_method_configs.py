@@ -43,7 +43,7 @@ def test_method_config_exports_and_validates(config, tmp_path):
     manifest = export_and_validate(config, tmp_path)
     method = manifest["method"]["name"]
     expected_ops = {"mctf": {"MctfMatch", "TokenAggregate"}, "evit": {"TopKSelect", "TokenAggregate"},
-                    "crucial": {"CrucialMatch", "TokenAggregate"}, "atm": {"TokenMerge", "SizeSplitMatch", "TokenAggregate"}}[method]
+                    "crucial": {"CrucialMatch", "TokenAggregate"}, "atm": {"ToMeMatch", "SizeSplitMatch", "TokenAggregate"}}[method]
     assert expected_ops <= set(manifest["custom_ops"])
     assert manifest["gflops"] < manifest["dense_gflops"]
 

@@ -30,22 +30,6 @@ def run_single_node(op_name: str, inputs: dict[str, np.ndarray], n_out: int, **a
     return sess.run(None, inputs)
 
 
-@pytest.mark.parametrize(
-    "batch,n,c,r,protected,sort_unmerged",
-    [(2, 197, 24, 16, 1, True), (3, 198, 16, 30, 2, True), (1, 261, 8, 40, 5, True), (4, 196, 12, 20, 0, False), (2, 21, 8, 10, 1, True)],
-)
-def test_token_merge_body_equals_torch(batch, n, c, r, protected, sort_unmerged):
-    g = torch.Generator().manual_seed(n + r)
-    x, size, metric = torch.randn(batch, n, c, generator=g), torch.rand(batch, n, 1, generator=g) + 0.5, torch.randn(batch, n, 7, generator=g)
-    want = torch.ops.deploytk.token_merge(x, size, metric, r, protected, sort_unmerged)
-    got = run_single_node(
-        "TokenMerge", {"x": x.numpy(), "size": size.numpy(), "metric": metric.numpy()}, 2,
-        r=r, protected=protected, sort_unmerged=int(sort_unmerged), tokens=n,
-    )
-    np.testing.assert_allclose(got[1], want[1].numpy(), rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(got[0], want[0].numpy(), rtol=1e-5, atol=1e-5)
-
-
 @pytest.mark.parametrize("batch,heads,n,d", [(2, 6, 197, 64), (3, 3, 50, 16)])
 def test_proportional_attention_body_equals_torch(batch, heads, n, d):
     g = torch.Generator().manual_seed(n)
@@ -68,14 +52,14 @@ def test_proportional_attention_counts_a_merged_token_as_size_copies():
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
-def test_token_merge_rejects_bad_input_before_compute():
-    x, size, metric = torch.randn(2, 11, 4), torch.ones(2, 11, 1), torch.randn(2, 11, 3)
+def test_tome_match_rejects_bad_input_before_compute():
+    metric = torch.randn(2, 11, 3)
     with pytest.raises(DeploytkError, match=r"r=6 is not allowed for 11 tokens with 1 protected; r must be in \[1, 5\]"):
-        torch.ops.deploytk.token_merge(x, size, metric, 6, 1, True)
-    with pytest.raises(DeploytkError, match="expects x \\[B, N, C\\]"):
-        torch.ops.deploytk.token_merge(x[0], size, metric, 2, 1, True)
-    with pytest.raises(DeploytkError, match="disagree on batch/token count"):
-        torch.ops.deploytk.token_merge(x, torch.ones(3, 11, 1), metric, 2, 1, True)
+        torch.ops.deploytk.tome_match(metric, 6, 1, True)
+    with pytest.raises(DeploytkError, match="expects metric \\[B, N, D\\]"):
+        torch.ops.deploytk.tome_match(metric[0], 2, 1, True)
+    with pytest.raises(DeploytkError, match=r"protected=12 must be in \[0, 11\]"):
+        torch.ops.deploytk.tome_match(metric, 2, 12, True)
 
 
 def test_proportional_attention_rejects_bad_input():

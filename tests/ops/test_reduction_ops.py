@@ -11,6 +11,7 @@ from onnx import TensorProto, helper
 
 import deploytk.ops  # noqa: F401
 from deploytk.errors import DeploytkError
+from deploytk.merging.tome import merge_tokens
 from deploytk.ops import OPS, PLUGIN_ATTRIBUTES
 
 ops = torch.ops.deploytk
@@ -33,6 +34,24 @@ def node_session(op_name, inputs: dict, out_type, out_rank, **attrs):
 
 def run_node(op_name, inputs: dict, out_type, out_rank, **attrs):
     return node_session(op_name, inputs, out_type, out_rank, **attrs).run(None, inputs)[0]
+
+
+@pytest.mark.parametrize(
+    "batch,n,c,r,protected,sort_unmerged",
+    [(2, 197, 24, 16, 1, True), (3, 198, 16, 30, 2, True), (1, 261, 8, 40, 5, True), (4, 196, 12, 20, 0, False), (2, 21, 8, 10, 1, True)],
+)
+def test_tome_match_body_equals_torch_and_merges_like_tome(batch, n, c, r, protected, sort_unmerged):
+    g = torch.Generator().manual_seed(n + r)
+    x, size, metric = torch.randn(batch, n, c, generator=g), torch.rand(batch, n, 1, generator=g) + 0.5, torch.randn(batch, n, 7, generator=g)
+    dest = torch.ops.deploytk.tome_match(metric, r, protected, sort_unmerged)
+    got = run_node("ToMeMatch", {"metric": metric.numpy()}, TensorProto.INT64, 2, r=r, protected=protected, sort_unmerged=int(sort_unmerged), tokens=n)
+    np.testing.assert_array_equal(got, dest.numpy())
+    # independent check: match + aggregate is ToMe's merge (merging.tome.merge_tokens, the official algorithm)
+    want_x, want_size = merge_tokens(x, size, metric, r, protected, sort_unmerged)
+    got_x = torch.ops.deploytk.token_aggregate(x, size, dest, n - r, True)
+    got_size = torch.ops.deploytk.token_aggregate(size, torch.ones_like(size), dest, n - r, False)
+    torch.testing.assert_close(got_size, want_size, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(got_x, want_x, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize(
