@@ -431,7 +431,8 @@ def selftest(
             table.add_column(col)
         for c in cases:
             shape = " ".join(f"{k}={v}" for k, v in c.shape.items())
-            table.add_row(c.op, c.dtype, shape, f"{c.max_abs_err:.2e}", f"{c.tolerance:.0e}", "[green]pass[/]" if c.passed else "[red]FAIL[/]")
+            result = "[green]pass[/]" + (f" ({c.near_ties} near-tie images)" if c.near_ties else "") if c.passed else "[red]FAIL[/]"
+            table.add_row(c.op, c.dtype, shape, f"{c.max_abs_err:.2e}", f"{c.tolerance:.0e}", result)
         out_console.print(table)
         for dtype, why in env.get("skipped", {}).items():
             out_console.print(f"skipped {dtype}: {why}")

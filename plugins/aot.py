@@ -8,6 +8,7 @@ it. Compiling needs Triton's LLVM backend only, no GPU.
 from __future__ import annotations
 
 import hashlib
+import re
 import inspect
 import json
 from dataclasses import asdict, dataclass, field
@@ -52,6 +53,21 @@ def proportional_attention_variant(dtype: str, head_dim: int, scale: float) -> K
     return KernelVariant("ProportionalAttention", dtype, consts, sig)
 
 
+def tome_match_variant(dtype: str, tokens: int, channels: int, sort_unmerged: bool) -> KernelVariant:
+    from deploytk.kernels import tome_match as k
+
+    sig = {"metric_ptr": POINTER[dtype], "N": "i32", "D": "i32", "R": "i32", "PROTECTED": "i32", "dest_ptr": "*i64"}
+    return KernelVariant("ToMeMatch", dtype, {"SORT_UNMERGED": bool(sort_unmerged), **k.config(tokens, channels)}, sig)
+
+
+def _num_warps(variant: KernelVariant) -> int:
+    if variant.op == "ToMeMatch":
+        from deploytk.kernels.tome_match import num_warps
+
+        return num_warps(variant.constexprs)
+    return 4
+
+
 def _precision(dtype: str) -> str:
     import torch
 
@@ -62,9 +78,29 @@ def _precision(dtype: str) -> str:
 
 def _kernel_fn(op: str):
     from deploytk.kernels.proportional_attention import proportional_attention_kernel
+    from deploytk.kernels.tome_match import tome_match_kernel
     from deploytk.kernels.token_aggregate import token_aggregate_kernel
 
-    return {"TokenAggregate": token_aggregate_kernel, "ProportionalAttention": proportional_attention_kernel}[op]
+    return {"TokenAggregate": token_aggregate_kernel, "ProportionalAttention": proportional_attention_kernel, "ToMeMatch": tome_match_kernel}[op]
+
+
+def strip_hidden_params(ptx: str, kernel_name: str, visible: int) -> str:
+    """Drop the parameters Triton appends after the kernel's own (global/profile scratch pointers).
+
+    TensorRT launches an AOT kernel with exactly inputs, extra ints and outputs; Triton >= 3.3
+    adds two pointer parameters at the end. They are dead when the kernel needs no scratch
+    (checked: no instruction names them), so the entry is declared with the visible ones only.
+    """
+    head = f".entry {kernel_name}("
+    start = ptx.index(head) + len(head)
+    end = ptx.index(")", start)
+    params = [p.strip() for p in ptx[start:end].split(",")]
+    hidden = [p.split()[-1] for p in params[visible:]]
+    body = ptx[end:]
+    used = [name for name in hidden if re.search(rf"\b{re.escape(name)}\b", body)]
+    if used:
+        raise DeploytkError(f"internal: kernel {kernel_name} uses Triton's hidden parameters {used}; TensorRT AOT plugins cannot pass them.")
+    return ptx[:start] + "\n\t" + ",\n\t".join(params[:visible]) + "\n" + ptx[end:]
 
 
 @dataclass
@@ -89,17 +125,22 @@ def compile_variant(variant: KernelVariant, arch: str) -> CompiledKernel:
     params = inspect.signature(ASTSource.__init__).parameters
     key = "constexprs" if "constexprs" in params else "constants"  # renamed in Triton 3.3
     src = ASTSource(fn=fn, signature=signature, **{key: dict(variant.constexprs)})
-    compiled = triton.compile(src, target=GPUTarget("cuda", ARCHES[arch], 32))
-    return CompiledKernel(compiled.metadata.name, compiled.asm["ptx"], compiled.metadata.num_warps, compiled.metadata.shared, arch)
+    compiled = triton.compile(src, target=GPUTarget("cuda", ARCHES[arch], 32), options={"num_warps": _num_warps(variant)})
+    md = compiled.metadata
+    if getattr(md, "global_scratch_size", 0) or getattr(md, "profile_scratch_size", 0):
+        raise DeploytkError(f"internal: kernel {md.name} needs Triton global scratch memory, which TensorRT AOT plugins do not provide.")
+    ptx = strip_hidden_params(compiled.asm["ptx"], md.name, len(variant.signature))
+    return CompiledKernel(md.name, ptx, md.num_warps, md.shared, arch)
 
 
 def standard_variants() -> list[KernelVariant]:
     """What `deploytk plugins compile` writes: every kernel in every dtype at ViT shapes
-    (channels >= 64, head dim 64 with its scale 1/8). Builds compile their own attributes."""
+    (channels >= 64, head dim 64 with its scale 1/8, 197 tokens). Builds compile their own attributes."""
     out = []
     for dtype in POINTER:
         out += [token_aggregate_variant(dtype, 384, normalize) for normalize in (True, False)]
         out.append(proportional_attention_variant(dtype, 64, 64**-0.5))
+        out += [tome_match_variant(dtype, 197, 64, sort) for sort in (True, False)]
     return out
 
 
@@ -125,4 +166,4 @@ def compile_all(arch: str, output: Path, variants: list[KernelVariant] | None = 
 
 
 __all__ = ["ARCHES", "KernelVariant", "CompiledKernel", "compile_variant", "compile_all", "standard_variants",
-           "token_aggregate_variant", "proportional_attention_variant"]
+           "token_aggregate_variant", "proportional_attention_variant", "tome_match_variant", "strip_hidden_params"]

@@ -8,21 +8,30 @@ runtime without Python. Plugin ids are ``deploytk::<ONNX op type>``, version "1"
 ONNX nodes' ``plugin_namespace``/``plugin_version``; the ONNX attributes arrive as plugin
 fields of the same names (INT -> int32, FLOAT -> float32).
 
+API facts this module relies on (read from ``tensorrt/plugin`` in TensorRT 10.9 and 11.x):
+the register function runs with every node attribute the plugin declares, as keywords, and
+``aot_impl`` gets the same attributes positionally in that order, then ``outputs, tactic``;
+defaults are not allowed; an INT attribute arrives as a one-element int32 array (so it is
+annotated ``NDArray[np.int32]``: ``int()`` of a 1-element array fails on NumPy >= 2.4);
+``plugin_namespace``/``plugin_version`` are not passed as fields; annotations are evaluated
+(hence no ``from __future__ import annotations`` here); extra kernel arguments must be
+``trtp.SymInt32``; the kernel is launched with inputs, extra ints, outputs and nothing else
+(``plugins.aot`` strips Triton's trailing scratch parameters to match).
+
 NOT RUN: TensorRT cannot be installed where deploytk is built. Everything below that does not
 touch ``tensorrt`` (shape rules, type combinations, launch parameters) is a plain function
 tested in ``tests/plugins``; the registration itself is import-guarded.
 
-Ops with a plugin so far: TokenAggregate, ProportionalAttention. The matching ops and the
-fused ToMe TokenMerge have no plugin yet: TensorRT then inlines their function bodies.
+Ops with a plugin: ToMeMatch, TokenAggregate, ProportionalAttention (all of ToMe). The other
+matching ops (MctfMatch, SizeSplitMatch, TopKSelect, CrucialMatch) have no kernel yet:
+TensorRT inlines their function bodies (standard ops) instead.
 """
-
-from __future__ import annotations
 
 from deploytk.errors import DeploytkError
 
 PLUGIN_NAMESPACE = "deploytk"
 PLUGIN_VERSION = "1"
-PLUGIN_OPS = ("TokenAggregate", "ProportionalAttention")
+PLUGIN_OPS = ("ToMeMatch", "TokenAggregate", "ProportionalAttention")
 _TRT_DTYPE = {"fp32": "FP32", "fp16": "FP16", "bf16": "BF16"}
 
 
@@ -34,6 +43,13 @@ def token_aggregate_shape(x_shape: list, tokens_out: int) -> list:
     if len(x_shape) != 3:
         raise DeploytkError(f"TokenAggregate: x must be rank 3 [B, N, C], got rank {len(x_shape)}.")
     return [x_shape[0], tokens_out, x_shape[2]]
+
+
+def tome_match_shape(metric_shape: list) -> list:
+    """metric [B, N, D] -> dest [B, N] (INT64)."""
+    if len(metric_shape) != 3:
+        raise DeploytkError(f"ToMeMatch: metric must be rank 3 [B, N, D], got rank {len(metric_shape)}.")
+    return list(metric_shape[:2])
 
 
 def proportional_attention_shape(q_shape: list) -> list:
@@ -49,7 +65,9 @@ def type_combinations(op: str) -> list[str]:
     """
     combos = []
     for t in _TRT_DTYPE.values():
-        if op == "TokenAggregate":  # x, weight, dest -> out
+        if op == "ToMeMatch":  # metric -> dest
+            combos.append(f"{t}, INT64")
+        elif op == "TokenAggregate":  # x, weight, dest -> out
             combos.append(f"{t}, FP32, INT64, {t}")
         elif op == "ProportionalAttention":  # q, k, v, size -> out
             combos.append(f"{t}, {t}, {t}, FP32, {t}")
@@ -63,6 +81,23 @@ def token_aggregate_launch(batch, tokens_in: int, channels: int, tokens_out: int
     from deploytk.kernels.token_aggregate import grid
 
     return {"grid": grid(batch, tokens_out, channels, cfg, cdiv), "int_args": [tokens_in, channels, tokens_out]}
+
+
+def tome_match_launch(batch, tokens: int, channels: int, r: int, protected: int) -> dict:
+    """One program per image; int arguments in kernel order (N, D, R, PROTECTED)."""
+    from deploytk.kernels.tome_match import grid
+
+    return {"grid": grid(batch), "int_args": [tokens, channels, r, protected]}
+
+
+def scalar(attribute) -> int | float:
+    """A plugin field as a Python number: TensorRT hands INT/FLOAT attributes over as 1-element arrays."""
+    import numpy as np
+
+    values = np.asarray(attribute).reshape(-1)
+    if values.size != 1:
+        raise DeploytkError(f"expected a scalar plugin attribute, got {values.size} values.")
+    return values[0].item()
 
 
 def proportional_attention_launch(batch, heads: int, tokens: int, cfg: dict, cdiv) -> dict:
@@ -84,13 +119,18 @@ def register_plugins() -> None:
     from deploytk.backends.trt import require_tensorrt
 
     require_tensorrt("registering the deploytk TensorRT plugins")
+    from typing import List, Tuple, Union
+
     import numpy as np
+    import numpy.typing as npt
     import tensorrt as trt
     import tensorrt.plugin as trtp
 
-    from plugins.aot import compile_variant, proportional_attention_variant, token_aggregate_variant
+    from plugins.aot import compile_variant, proportional_attention_variant, token_aggregate_variant, tome_match_variant
 
     names = {trt.float32: "fp32", trt.float16: "fp16", trt.bfloat16: "bf16"}
+    Ints, Floats = npt.NDArray[np.int32], npt.NDArray[np.float32]
+    AOTResult = Tuple[Union[str, bytes], Union[str, bytes], trtp.KernelLaunchParams, trtp.SymIntExprs]
 
     def arch() -> str:
         import torch
@@ -99,8 +139,10 @@ def register_plugins() -> None:
         return f"sm_{major}{minor}"
 
     def const(expr) -> int:
-        """A build-time dimension (ShapeExpr.constant_value); N, C, H, D are static in exported graphs."""
-        return int(expr.constant_value) if getattr(expr, "is_constant", False) else int(expr)
+        """A static dimension (``ShapeExpr.constant_value()``); only the batch is dynamic in exported graphs."""
+        if not expr.is_constant:
+            raise DeploytkError("a deploytk plugin input has a dynamic dimension other than the batch; re-export the model.")
+        return int(expr.constant_value())
 
     def launch_params(compiled, grid, int_args):
         params = trtp.KernelLaunchParams()
@@ -112,37 +154,63 @@ def register_plugins() -> None:
             extra[i] = trtp.SymInt32(value)
         return params, extra
 
-    @trtp.register(f"{PLUGIN_NAMESPACE}::TokenAggregate")
-    def _(x: trtp.TensorDesc, weight: trtp.TensorDesc, dest: trtp.TensorDesc, tokens_out: int, normalize: int, tokens: int) -> trtp.TensorDesc:
-        out = x.like()
-        out.shape_expr[1] = out.shape_expr[1] + (tokens_out - tokens)  # N is static (= tokens) in the exported graph
-        return out
+    def combos(op):
+        return [trtp.AutoTuneCombination(c, "LINEAR") for c in type_combinations(op)]
 
-    @trtp.autotune(f"{PLUGIN_NAMESPACE}::TokenAggregate")
-    def _(x, weight, dest, tokens_out: int, normalize: int, tokens: int, outputs):
-        return [trtp.AutoTuneCombination(c, "LINEAR") for c in type_combinations("TokenAggregate")]
+    # ToMeMatch: metric [B, N, D] -> dest [B, N] int64
+    @trtp.register(f"{PLUGIN_NAMESPACE}::ToMeMatch")
+    def _(metric: trtp.TensorDesc, r: Ints, protected: Ints, sort_unmerged: Ints, tokens: Ints) -> trtp.TensorDesc:
+        return trtp.from_shape_expr((metric.shape_expr[0], metric.shape_expr[1]), dtype=trt.int64)
 
-    @trtp.aot_impl(f"{PLUGIN_NAMESPACE}::TokenAggregate")
-    def _(x, weight, dest, tokens_out: int, normalize: int, tokens: int, outputs, tactic: int):
-        channels = const(x.shape_expr[2])
-        variant = token_aggregate_variant(names[x.dtype], channels, bool(normalize))
+    @trtp.autotune(f"{PLUGIN_NAMESPACE}::ToMeMatch")
+    def _(metric: trtp.TensorDesc, outputs: Tuple[trtp.TensorDesc]) -> List[trtp.AutoTuneCombination]:
+        return combos("ToMeMatch")
+
+    @trtp.aot_impl(f"{PLUGIN_NAMESPACE}::ToMeMatch")
+    def _(metric: trtp.TensorDesc, r: Ints, protected: Ints, sort_unmerged: Ints, tokens: Ints,
+          outputs: Tuple[trtp.TensorDesc], tactic: int) -> AOTResult:
+        n, d = scalar(tokens), const(metric.shape_expr[2])
+        variant = tome_match_variant(names[metric.dtype], n, d, bool(scalar(sort_unmerged)))
         compiled = compile_variant(variant, arch())
-        spec = token_aggregate_launch(x.shape_expr[0], tokens, channels, int(tokens_out), variant.constexprs, trtp.cdiv)
+        spec = tome_match_launch(metric.shape_expr[0], n, d, scalar(r), scalar(protected))
         params, extra = launch_params(compiled, spec["grid"], spec["int_args"])
         return compiled.kernel_name, compiled.ptx, params, extra
 
+    # TokenAggregate: x [B, N, C], weight [B, N, 1] fp32, dest [B, N] int64 -> [B, tokens_out, C]
+    @trtp.register(f"{PLUGIN_NAMESPACE}::TokenAggregate")
+    def _(x: trtp.TensorDesc, weight: trtp.TensorDesc, dest: trtp.TensorDesc, tokens_out: Ints, normalize: Ints) -> trtp.TensorDesc:
+        out = x.like()
+        out.shape_expr[1] = scalar(tokens_out)
+        return out
+
+    @trtp.autotune(f"{PLUGIN_NAMESPACE}::TokenAggregate")
+    def _(x: trtp.TensorDesc, weight: trtp.TensorDesc, dest: trtp.TensorDesc, outputs: Tuple[trtp.TensorDesc]) -> List[trtp.AutoTuneCombination]:
+        return combos("TokenAggregate")
+
+    @trtp.aot_impl(f"{PLUGIN_NAMESPACE}::TokenAggregate")
+    def _(x: trtp.TensorDesc, weight: trtp.TensorDesc, dest: trtp.TensorDesc, tokens_out: Ints, normalize: Ints,
+          outputs: Tuple[trtp.TensorDesc], tactic: int) -> AOTResult:
+        tokens, channels = const(x.shape_expr[1]), const(x.shape_expr[2])
+        variant = token_aggregate_variant(names[x.dtype], channels, bool(scalar(normalize)))
+        compiled = compile_variant(variant, arch())
+        spec = token_aggregate_launch(x.shape_expr[0], tokens, channels, scalar(tokens_out), variant.constexprs, trtp.cdiv)
+        params, extra = launch_params(compiled, spec["grid"], spec["int_args"])
+        return compiled.kernel_name, compiled.ptx, params, extra
+
+    # ProportionalAttention: q, k, v [B, H, N, D], size [B, N, 1] fp32 -> [B, H, N, D]
     @trtp.register(f"{PLUGIN_NAMESPACE}::ProportionalAttention")
-    def _(q: trtp.TensorDesc, k: trtp.TensorDesc, v: trtp.TensorDesc, size: trtp.TensorDesc, scale: float) -> trtp.TensorDesc:
+    def _(q: trtp.TensorDesc, k: trtp.TensorDesc, v: trtp.TensorDesc, size: trtp.TensorDesc, scale: Floats) -> trtp.TensorDesc:
         return q.like()
 
     @trtp.autotune(f"{PLUGIN_NAMESPACE}::ProportionalAttention")
-    def _(q, k, v, size, scale: float, outputs):
-        return [trtp.AutoTuneCombination(c, "LINEAR") for c in type_combinations("ProportionalAttention")]
+    def _(q: trtp.TensorDesc, k: trtp.TensorDesc, v: trtp.TensorDesc, size: trtp.TensorDesc, outputs: Tuple[trtp.TensorDesc]) -> List[trtp.AutoTuneCombination]:
+        return combos("ProportionalAttention")
 
     @trtp.aot_impl(f"{PLUGIN_NAMESPACE}::ProportionalAttention")
-    def _(q, k, v, size, scale: float, outputs, tactic: int):
+    def _(q: trtp.TensorDesc, k: trtp.TensorDesc, v: trtp.TensorDesc, size: trtp.TensorDesc, scale: Floats,
+          outputs: Tuple[trtp.TensorDesc], tactic: int) -> AOTResult:
         heads, tokens, head_dim = (const(q.shape_expr[i]) for i in (1, 2, 3))
-        variant = proportional_attention_variant(names[q.dtype], head_dim, float(np.float32(scale)))
+        variant = proportional_attention_variant(names[q.dtype], head_dim, float(np.float32(scalar(scale))))
         compiled = compile_variant(variant, arch())
         spec = proportional_attention_launch(q.shape_expr[0], heads, tokens, variant.constexprs, trtp.cdiv)
         params, extra = launch_params(compiled, spec["grid"], spec["int_args"])
@@ -151,5 +219,6 @@ def register_plugins() -> None:
     _registered = True
 
 
-__all__ = ["PLUGIN_NAMESPACE", "PLUGIN_VERSION", "PLUGIN_OPS", "register_plugins", "type_combinations",
-           "token_aggregate_shape", "proportional_attention_shape", "token_aggregate_launch", "proportional_attention_launch"]
+__all__ = ["PLUGIN_NAMESPACE", "PLUGIN_VERSION", "PLUGIN_OPS", "register_plugins", "type_combinations", "scalar",
+           "tome_match_shape", "token_aggregate_shape", "proportional_attention_shape",
+           "tome_match_launch", "token_aggregate_launch", "proportional_attention_launch"]

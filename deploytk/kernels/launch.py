@@ -56,6 +56,22 @@ def token_aggregate(x: torch.Tensor, weight: torch.Tensor, dest: torch.Tensor, t
     return out
 
 
+def tome_match(metric: torch.Tensor, r: int, protected: int, sort_unmerged: bool) -> torch.Tensor:
+    from deploytk.kernels import tome_match as k
+    from deploytk.ops.tome_match import check_tome_match_args
+
+    check_tome_match_args(metric, r, protected)
+    _check_dtype("tome_match", metric)
+    _check_device(metric)
+    b, n, d = metric.shape
+    dest = torch.empty(b, n, dtype=torch.int64, device=metric.device)
+    if dest.numel() == 0:
+        return dest
+    cfg = k.config(n, d)
+    k.tome_match_kernel[k.grid(b)](metric.contiguous(), n, d, r, protected, dest, SORT_UNMERGED=bool(sort_unmerged), num_warps=k.num_warps(cfg), **cfg)
+    return dest
+
+
 def proportional_attention(q, k, v, size, scale: float) -> torch.Tensor:
     from deploytk.kernels import proportional_attention as pa
     from deploytk.ops.proportional_attention import check_attention_args
@@ -86,9 +102,13 @@ def register_cuda_kernels() -> None:
     def _(x, weight, dest, tokens_out, normalize):
         return token_aggregate(x, weight, dest, tokens_out, normalize)
 
+    @torch.library.register_kernel("deploytk::tome_match", "cuda")
+    def _(metric, r, protected, sort_unmerged):
+        return tome_match(metric, r, protected, sort_unmerged)
+
     @torch.library.register_kernel("deploytk::proportional_attention", "cuda")
     def _(q, k, v, size, scale):
         return proportional_attention(q, k, v, size, scale)
 
 
-__all__ = ["KERNEL_DTYPES", "token_aggregate", "proportional_attention", "register_cuda_kernels", "interpreting"]
+__all__ = ["KERNEL_DTYPES", "token_aggregate", "tome_match", "proportional_attention", "register_cuda_kernels", "interpreting"]

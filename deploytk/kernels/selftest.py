@@ -27,6 +27,8 @@ class Case:
     max_abs_err: float
     tolerance: float
     passed: bool
+    #: matching ops: images whose assignment differs from the reference's only at float64 near-ties
+    near_ties: int = 0
 
 
 def valid_assignment(b: int, n: int, t: int, gen: torch.Generator) -> torch.Tensor:
@@ -61,6 +63,57 @@ def attention_shapes(interpreter: bool, rng: random.Random) -> list[tuple[int, i
     return fixed + rand
 
 
+def match_shapes(interpreter: bool, rng: random.Random) -> list[tuple[int, int, int, int, int]]:
+    """(B, N, D, r, protected) cases for ToMeMatch; r = the largest allowed and a random one."""
+    if interpreter:
+        fixed = [(2, 17, 16, 8, 1), (3, 65, 32, 4, 2), (2, 197, 64, 16, 1), (1, 261, 24, 40, 5)]
+        rand = [(rng.randint(1, 3), n, rng.choice([8, 40, 64]), 0, rng.randint(0, 2)) for n in rng.sample(range(5, 300), 2)]
+    else:
+        fixed = [(64, 197, 64, 16, 1), (64, 577, 64, 144, 1), (8, 197, 64, 98, 1), (64, 198, 64, 8, 2), (3, 1025, 64, 100, 1)]
+        rand = [(rng.randint(1, 64), n, rng.choice([32, 64, 128]), 0, rng.randint(0, 5)) for n in rng.sample(range(8, 578), 4)]
+    return fixed + [(b, n, d, r or rng.randint(1, (n - p) // 2), p) for b, n, d, r, p in rand]
+
+
+def tome_near_ties(metric: torch.Tensor, got: torch.Tensor, r: int, protected: int, sort_unmerged: bool, tol: float = 1e-5) -> int | None:
+    """How many images' ``got`` differ from the reference but are ToMe matchings in float64 up to ``tol`` ties.
+
+    A valid matching: B tokens in their slots; exactly r A tokens (unprotected) merge, each into
+    a B token scoring within ``tol`` of its row's best; no unmerged A token beats a merged one by
+    more than ``tol``; unmerged tokens in index order (``sort_unmerged``) or by descending
+    score within ``tol``. Returns None if an image is not valid (a real error).
+    """
+    from deploytk.merging.tome import protected_split, tome_dest, tome_slots
+
+    want = tome_dest(metric.float(), r, protected, sort_unmerged)
+    b, n, _ = metric.shape
+    na, nb = (n + 1) // 2, n // 2
+    pa, pb = protected_split(protected)
+    unm_slot, b_slot = tome_slots(na, nb, r, protected)
+    j_of_slot, k_of_slot = {s: j for j, s in enumerate(b_slot)}, {s: k for k, s in enumerate(unm_slot)}
+    m = metric.double() / metric.double().norm(dim=-1, keepdim=True)
+    scores = m[:, ::2] @ m[:, 1::2].transpose(-1, -2)
+    scores[:, :pa], scores[:, :, :pb] = -float("inf"), -float("inf")
+    best = scores.max(-1).values
+    ties = 0
+    for i in range(b):
+        if torch.equal(got[i], want[i]):
+            continue
+        da, db = got[i, ::2].tolist(), got[i, 1::2].tolist()
+        src = [a for a in range(na) if da[a] in j_of_slot]
+        unm = sorted((a for a in range(na) if da[a] in k_of_slot), key=lambda a: k_of_slot[da[a]])
+        if db != b_slot or len(src) != r or len(unm) != na - r or [k_of_slot[da[a]] for a in unm] != list(range(na - r)):
+            return None
+        if any(a < pa or scores[i, a, j_of_slot[da[a]]] < best[i, a] - tol for a in src):
+            return None
+        if unm and src and max(best[i, a] for a in unm if a >= pa) > min(best[i, a] for a in src) + tol:
+            return None
+        order_ok = unm == sorted(unm) if sort_unmerged else all(best[i, x] >= best[i, y] - tol for x, y in zip(unm, unm[1:]))
+        if not order_ok:
+            return None
+        ties += 1
+    return ties
+
+
 def _error(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got.float() - want).abs().max() / max(1.0, float(want.abs().max())))
 
@@ -69,6 +122,7 @@ def run(seed: int = 0, device: str | None = None) -> list[Case]:
     from deploytk.kernels import launch
     from deploytk.ops.proportional_attention import attention_reference
     from deploytk.merging.assign import token_aggregate as aggregate_reference
+    from deploytk.merging.tome import tome_dest
 
     interpreter = launch.interpreting()
     device = device or ("cpu" if interpreter else "cuda")
@@ -95,6 +149,15 @@ def run(seed: int = 0, device: str | None = None) -> list[Case]:
             got = launch.proportional_attention(q.to(device), k.to(device), v.to(device), size.to(device), scale).cpu()
             err = _error(got, want)
             cases.append(Case("ProportionalAttention", DTYPE_NAMES[dtype], {"B": b, "H": h, "N": n, "D": d}, err, tol, err <= tol))
+        for b, n, d, r, p in match_shapes(interpreter, rng):
+            metric = torch.randn(b, n, d, generator=gen).to(dtype)
+            for sort_unmerged in (True, False):
+                got = launch.tome_match(metric.to(device), r, p, sort_unmerged).cpu()
+                want = tome_dest(metric.float(), r, p, sort_unmerged)
+                err = float((got - want).abs().max())
+                ties = tome_near_ties(metric, got, r, p, sort_unmerged)
+                shape = {"B": b, "N": n, "D": d, "r": r, "protected": p, "sort_unmerged": sort_unmerged}
+                cases.append(Case("ToMeMatch", DTYPE_NAMES[dtype], shape, err, 0.0, ties is not None, ties or 0))
     return cases
 
 
@@ -116,4 +179,4 @@ def to_json(cases: list[Case]) -> dict:
     return {"environment": environment(), "cases": [asdict(c) for c in cases], "passed": all(c.passed for c in cases)}
 
 
-__all__ = ["Case", "run", "to_json", "valid_assignment", "TOLERANCE"]
+__all__ = ["Case", "run", "to_json", "valid_assignment", "tome_near_ties", "TOLERANCE"]

@@ -24,12 +24,15 @@ def test_interpreter_selftest_passes_for_both_ops():
     report = json.loads(result.stdout)
     assert report["environment"]["mode"] == "interpreter" and report["passed"]
     cases = report["cases"]
-    assert {c["op"] for c in cases} == {"TokenAggregate", "ProportionalAttention"}
+    assert {c["op"] for c in cases} == {"TokenAggregate", "ProportionalAttention", "ToMeMatch"}
     assert {c["dtype"] for c in cases} == {"fp32", "fp16"}  # bf16: GPU only (interpreter's bf16 dot is wrong)
     assert all(set(c) >= {"op", "dtype", "shape", "max_abs_err", "passed"} for c in cases)
     assert len({c["shape"]["B"] for c in cases}) >= 3  # several batch sizes
     for c in cases:  # real agreement, not just "passed"
         assert c["max_abs_err"] <= (1e-5 if c["dtype"] == "fp32" else 5e-3), c
+    matches = [c for c in cases if c["op"] == "ToMeMatch"]
+    assert {c["shape"]["sort_unmerged"] for c in matches} == {True, False} and {c["shape"]["protected"] for c in matches} >= {1, 2}
+    assert all(c["max_abs_err"] == 0 and c["near_ties"] == 0 for c in matches)  # the interpreter reproduces the reference exactly
 
 
 def test_selftest_without_gpu_or_interpreter_says_what_to_do():
@@ -44,8 +47,49 @@ def test_selftest_fails_when_a_kernel_is_wrong(monkeypatch):
     ops = torch.ops.deploytk
     monkeypatch.setattr(launch, "token_aggregate", lambda x, w, d, t, n: ops.token_aggregate(x.float(), w, d, t, n) * 1.1)
     monkeypatch.setattr(launch, "proportional_attention", lambda q, k, v, s, sc: ops.proportional_attention(q.float(), k.float(), v.float(), s, sc) + 0.1)
+
+    def shifted_match(m, r, p, srt):  # A tokens' slots rotated by one
+        dest = ops.tome_match(m.float(), r, p, srt)
+        dest[:, 0::2] = dest[:, 0::2].roll(1, dims=1)
+        return dest
+
+    monkeypatch.setattr(launch, "tome_match", shifted_match)
     cases = selftest.run()
     assert cases and not any(c.passed for c in cases)
+
+
+def test_tome_near_ties_accepts_only_tie_equivalent_matchings():
+    from deploytk.merging.tome import tome_dest
+
+    g = torch.Generator().manual_seed(3)
+    metric = torch.randn(2, 21, 8, generator=g)
+    dest = tome_dest(metric, 5, 1, True)
+    assert selftest.tome_near_ties(metric, dest, 5, 1, True) == 0
+    swapped = dest.clone()
+    swapped[0, [2, 4]] = swapped[0, [4, 2]]  # two A tokens trade slots: a wrong merge, not a tie
+    if not torch.equal(swapped, dest):
+        assert selftest.tome_near_ties(metric, swapped, 5, 1, True) is None
+    # an exact tie: B0 and B1 (tokens 3 and 5 when token 1 is protected... here protected=1 so B starts at token 1)
+    tied = metric.clone()
+    tied[:, 5] = tied[:, 3]  # B1 == B2: every A token scores them equally
+    want = tome_dest(tied, 5, 1, True)
+    other = want.clone()
+    b_slots = {int(want[0, 3]): int(want[0, 5]), int(want[0, 5]): int(want[0, 3])}
+    other[0, ::2] = torch.tensor([b_slots.get(int(v), int(v)) for v in want[0, ::2]])  # sources sent to the twin
+    if not torch.equal(other, want):
+        assert selftest.tome_near_ties(tied, other, 5, 1, True) == 1
+
+
+def test_tome_match_bad_input_fails_before_launch(monkeypatch):
+    with pytest.raises(DeploytkError, match=r"r=9 is not allowed for 17 tokens with 1 protected"):
+        launch.tome_match(torch.zeros(2, 17, 8), 9, 1, True)
+    with pytest.raises(DeploytkError, match=r"expects metric \[B, N, D\]"):
+        launch.tome_match(torch.zeros(17, 8), 2, 1, True)
+    with pytest.raises(DeploytkError, match="float64 is not supported"):
+        launch.tome_match(torch.zeros(2, 17, 8, dtype=torch.float64), 2, 1, True)
+    monkeypatch.setattr(launch, "interpreting", lambda: False)
+    with pytest.raises(DeploytkError, match="CUDA tensors"):
+        launch.tome_match(torch.zeros(2, 17, 8), 2, 1, True)
 
 
 def test_valid_assignment_fills_every_slot():

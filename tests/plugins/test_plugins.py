@@ -10,7 +10,7 @@ import pytest
 
 from deploytk.errors import DeploytkError
 from plugins import tensorrt_plugins as tp
-from plugins.aot import compile_variant, token_aggregate_variant
+from plugins.aot import compile_variant, strip_hidden_params, token_aggregate_variant, tome_match_variant
 
 
 def run_cli(*args):
@@ -40,17 +40,39 @@ def test_plugins_compile_refuses_unknown_arch_and_writes_nothing(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
-def test_compiled_kernel_takes_inputs_then_ints_then_outputs():
-    """TensorRT's AOT convention: input pointers, extra int args, output pointers (3 + 3 + 1 params here)."""
-    k = compile_variant(token_aggregate_variant("fp16", 384, True), "sm_80")
+@pytest.mark.parametrize("variant, kinds", [
+    (token_aggregate_variant("fp16", 384, True), ["u64", "u64", "u64", "u32", "u32", "u32", "u64"]),  # x, w, dest; N, C, T; out
+    (tome_match_variant("fp32", 577, 64, False), ["u64", "u32", "u32", "u32", "u32", "u64"]),  # metric; N, D, R, P; dest
+])
+def test_compiled_kernel_takes_exactly_inputs_then_ints_then_outputs(variant, kinds):
+    """TensorRT's AOT convention, and nothing more: Triton's trailing scratch pointers are stripped."""
+    k = compile_variant(variant, "sm_80")
     params = re.search(rf"\.entry {k.kernel_name}\((.*?)\)", k.ptx, re.S).group(1)
-    kinds = re.findall(r"\.param \.(u64|u32|b32|s32)", params)
-    assert kinds[:7] == ["u64", "u64", "u64", "u32", "u32", "u32", "u64"]
+    assert re.findall(r"\.param \.(u64|u32|b32|s32)", params) == kinds
+
+
+def test_strip_hidden_params_refuses_a_kernel_that_uses_them():
+    ptx = ".entry k(\n\t.param .u64 k_param_0,\n\t.param .u64 k_param_1\n)\n{\n\tld.param.u64 %rd1, [k_param_1];\n}"
+    with pytest.raises(DeploytkError, match="uses Triton's hidden parameters"):
+        strip_hidden_params(ptx, "k", 1)
+    assert "k_param_1" not in strip_hidden_params(ptx.replace("[k_param_1]", "[k_param_0]"), "k", 1)
+
+
+def test_plugin_attributes_arrive_as_one_element_arrays():
+    import numpy as np
+
+    assert tp.scalar(np.array([16], dtype=np.int32)) == 16 and isinstance(tp.scalar(np.array([16], dtype=np.int32)), int)
+    assert tp.scalar(np.array([0.125], dtype=np.float32)) == 0.125
+    with pytest.raises(DeploytkError, match="expected a scalar plugin attribute, got 2 values"):
+        tp.scalar(np.array([1, 2], dtype=np.int32))
 
 
 def test_output_shapes():
     assert tp.token_aggregate_shape([8, 197, 384], 181) == [8, 181, 384]
     assert tp.proportional_attention_shape([8, 6, 181, 64]) == [8, 6, 181, 64]
+    assert tp.tome_match_shape([8, 197, 64]) == [8, 197]
+    with pytest.raises(DeploytkError, match="ToMeMatch: metric must be rank 3"):
+        tp.tome_match_shape([8, 197])
     with pytest.raises(DeploytkError, match="rank 3"):
         tp.token_aggregate_shape([8, 197], 181)
     with pytest.raises(DeploytkError, match="rank 4"):
@@ -60,6 +82,7 @@ def test_output_shapes():
 def test_type_combinations_keep_size_fp32_and_dest_int64():
     agg = tp.type_combinations("TokenAggregate")
     assert agg == ["FP32, FP32, INT64, FP32", "FP16, FP32, INT64, FP16", "BF16, FP32, INT64, BF16"]
+    assert tp.type_combinations("ToMeMatch") == ["FP32, INT64", "FP16, INT64", "BF16, INT64"]
     attn = tp.type_combinations("ProportionalAttention")
     assert all(c.split(", ")[3] == "FP32" and len(c.split(", ")) == 5 for c in attn)
     with pytest.raises(DeploytkError, match="no TensorRT plugin for op 'MctfMatch'"):
@@ -73,6 +96,7 @@ def test_launch_parameters():
     assert agg == {"grid": (6, 12, 64), "int_args": [197, 768, 181]}
     attn = tp.proportional_attention_launch(64, 12, 181, {"BLOCK_M": 64}, triton.cdiv)
     assert attn == {"grid": (3, 768, 1), "int_args": [181, 12]}
+    assert tp.tome_match_launch(64, 197, 64, 16, 1) == {"grid": (64, 1, 1), "int_args": [197, 64, 16, 1]}
 
 
 def test_register_plugins_without_tensorrt_says_how_to_install():
@@ -93,3 +117,33 @@ def test_plugins_register_with_tensorrt():
     registry = trt.get_plugin_registry()
     for op in tp.PLUGIN_OPS:
         assert registry.get_creator(op, tp.PLUGIN_VERSION, tp.PLUGIN_NAMESPACE) is not None, op
+
+
+def _decorated_signatures() -> dict:
+    """(decorator, op) -> parameter names of each function in register_plugins, read from the source (no TensorRT needed)."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(tp))
+    found = {}
+    for fn in ast.walk(tree):
+        if isinstance(fn, ast.FunctionDef):
+            for dec in fn.decorator_list:
+                if isinstance(dec, ast.Call) and isinstance(dec.func, ast.Attribute) and dec.func.attr in ("register", "autotune", "aot_impl"):
+                    op = ast.unparse(dec.args[0]).split("::")[-1].rstrip("\"'")
+                    found[(dec.func.attr, op)] = [a.arg for a in fn.args.args]
+    return found
+
+
+def test_plugin_signatures_match_the_onnx_nodes():
+    """TensorRT passes every declared attribute (register: by name; aot_impl: positionally, then outputs, tactic)."""
+    from deploytk.ops import OPS
+
+    sigs = _decorated_signatures()
+    for op in tp.PLUGIN_OPS:
+        fn = OPS[op].onnx_function.to_function_proto()
+        inputs, attrs = list(fn.input), [a for a in fn.attribute if a not in ("plugin_namespace", "plugin_version")]
+        attrs += [a.name for a in fn.attribute_proto if a.name not in ("plugin_namespace", "plugin_version")]
+        assert sigs[("register", op)] == inputs + attrs, op
+        assert sigs[("aot_impl", op)] == inputs + attrs + ["outputs", "tactic"], op
+        assert sigs[("autotune", op)] == inputs + ["outputs"], op
