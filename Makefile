@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 TORCH_PAIR := torch==2.14.1 torchvision==0.29.2
 DEMO_DIR := artifacts/deit_small_tome_r16
 
-.PHONY: install demo test test-all clean
+.PHONY: install demo test test-all gpu-bench clean
 
 install: $(BIN)/.installed
 
@@ -31,6 +31,11 @@ test: install
 
 test-all: install
 	$(BIN)/python -m pytest -q
+
+# On a CUDA GPU: native kernel selftest, kernel-vs-bandwidth and end-to-end latency, JSON under benchmarks/results/.
+gpu-bench: install
+	$(BIN)/deploytk selftest --json > benchmarks/results/selftest_gpu.json; rc=$$?; cat benchmarks/results/selftest_gpu.json | head -c 400; echo; \
+	  $(BIN)/python benchmarks/kernel_bandwidth.py && $(BIN)/python benchmarks/end_to_end_latency.py && exit $$rc
 
 clean:
 	rm -rf artifacts .pytest_cache

@@ -1,0 +1,74 @@
+"""Timing and bookkeeping shared by the GPU benchmarks: CUDA-event medians, device facts, JSON output."""
+
+from __future__ import annotations
+
+import json
+import platform
+import shlex
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def device_facts(device: str) -> dict:
+    """What the numbers were measured on (GPU name, compute capability, memory, versions)."""
+    import triton
+
+    info = {"device": device, "machine": platform.machine(), "python": platform.python_version(),
+            "torch": torch.__version__, "triton": triton.__version__, "cuda": torch.version.cuda}
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        info |= {"gpu": props.name, "compute_capability": f"{props.major}.{props.minor}", "sm_count": props.multi_processor_count,
+                 "memory_gib": round(props.total_memory / 2**30, 1)}
+    return info
+
+
+def time_ms(fn, device: str, warmup: int, iterations: int) -> list[float]:
+    """Per-call milliseconds: CUDA events around each call on a GPU, perf_counter on a CPU."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    if device == "cuda":
+        torch.cuda.synchronize()
+        for _ in range(iterations):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+    else:
+        for _ in range(iterations):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
+def median(values: list[float]) -> float:
+    return float(torch.tensor(values, dtype=torch.float64).median())
+
+
+def peak_bandwidth_gbs(device: str, mib: int = 1024, iterations: int = 20) -> float:
+    """Measured device-to-device copy bandwidth (read + write bytes / time): the bound the kernels are held to."""
+    n = mib * 2**20 // 4
+    src = torch.empty(n, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    ms = median(time_ms(lambda: dst.copy_(src), device, 3, iterations))
+    return 2 * src.numel() * 4 / (ms / 1e3) / 1e9
+
+
+def write_result(stem: str, payload: dict, output: Path | None) -> Path:
+    """JSON with the command and a timestamp; default path benchmarks/results/<stem>.json."""
+    path = output or RESULTS / f"{stem}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+               "command": shlex.join([Path(sys.executable).name, *sys.argv]), **payload}
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    return path

@@ -1,0 +1,114 @@
+"""Each Triton kernel's time against its memory-bandwidth bound (bytes moved / measured peak bandwidth).
+
+ViT-B/16 shapes at batch 64 by default (197 tokens, 768 channels, 12 heads of 64, ToMe r=16):
+TokenAggregate (the merge), ToMeMatch (the matching) and ProportionalAttention, in fp16 by
+default. The bound counts the bytes each kernel must move at least (inputs read once, output
+written once); peak bandwidth is a measured device-to-device copy. Attention is also given in
+TFLOP/s next to PyTorch's fused SDPA on the same shape (no size bias), and the merge next to
+PyTorch's scatter_add reference. Writes benchmarks/results/kernel_bandwidth_<gpu>.json.
+
+    python benchmarks/kernel_bandwidth.py                       # on a CUDA GPU
+    TRITON_INTERPRET=1 python benchmarks/kernel_bandwidth.py --smoke --output /tmp/k.json   # CPU: does it run
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import device_facts, median, peak_bandwidth_gbs, time_ms, write_result  # noqa: E402
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--tokens", type=int, default=197)
+    p.add_argument("--channels", type=int, default=768)
+    p.add_argument("--heads", type=int, default=12)
+    p.add_argument("--r", type=int, default=16)
+    p.add_argument("--dtype", choices=list(DTYPES), default="fp16")
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--iterations", type=int, default=200)
+    p.add_argument("--smoke", action="store_true", help="Tiny shapes, 1 iteration, CPU under TRITON_INTERPRET=1: checks the script, measures nothing.")
+    p.add_argument("--output", type=Path, default=None)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> dict:
+    from deploytk.kernels import launch
+    from deploytk.merging.assign import token_aggregate as aggregate_reference
+    from deploytk.merging.tome import tome_dest
+
+    args = parse_args(argv)
+    if args.smoke:
+        if not launch.interpreting():
+            raise SystemExit("--smoke runs the kernels in Triton's interpreter: set TRITON_INTERPRET=1.")
+        device, args.batch, args.tokens, args.channels, args.heads, args.r = "cpu", 2, 33, 64, 2, 4
+        args.warmup, args.iterations, args.dtype = 0, 1, "fp32"
+    elif not torch.cuda.is_available():
+        raise SystemExit("this benchmark needs a CUDA GPU (or --smoke with TRITON_INTERPRET=1 to check the script on a CPU).")
+    else:
+        device = "cuda"
+    dtype = DTYPES[args.dtype]
+    b, n, c, h, r = args.batch, args.tokens, args.channels, args.heads, args.r
+    d, t = c // h, n - r
+    elem = torch.finfo(dtype).bits // 8
+    gen = torch.Generator().manual_seed(0)
+    bw = peak_bandwidth_gbs(device, mib=8 if args.smoke else 1024)
+
+    def measure(fn):
+        return median(time_ms(fn, device, args.warmup, args.iterations))
+
+    x = torch.randn(b, n, c, generator=gen).to(device, dtype)
+    size = torch.randint(1, 4, (b, n, 1), generator=gen).float().to(device)
+    metric = torch.randn(b, n, d, generator=gen).to(device, dtype)
+    dest = tome_dest(metric.float().cpu(), r, 1, True).to(device)
+    q, k, v = (torch.randn(b, h, n, d, generator=gen).to(device, dtype) for _ in range(3))
+
+    cases = []
+
+    def record(op, shape, ms, nbytes, **extra):
+        bound_ms = nbytes / (bw * 1e9) * 1e3
+        cases.append({"op": op, "dtype": args.dtype, "shape": shape, "ms": round(ms, 4), "bytes": nbytes,
+                      "bandwidth_bound_ms": float(f"{bound_ms:.6g}"), "x_bound": round(ms / bound_ms, 2), **extra})
+
+    ms = measure(lambda: launch.token_aggregate(x, size, dest, t, True))
+    ref_ms = measure(lambda: aggregate_reference(x, size, dest, t, True))
+    record("TokenAggregate", {"B": b, "N": n, "C": c, "T": t}, ms, b * n * c * elem + b * n * (4 + 8) + b * t * c * elem,
+           pytorch_scatter_add_ms=round(ref_ms, 4))
+    ms = measure(lambda: launch.tome_match(metric, r, 1, True))
+    record("ToMeMatch", {"B": b, "N": n, "D": d, "r": r}, ms, b * n * d * elem + b * n * 8)
+    scale = d**-0.5
+    ms = measure(lambda: launch.proportional_attention(q, k, v, size, scale))
+    sdpa_ms = measure(lambda: F.scaled_dot_product_attention(q, k, v))
+    flops = 4 * b * h * n * n * d
+    record("ProportionalAttention", {"B": b, "H": h, "N": n, "D": d}, ms, 4 * b * h * n * d * elem + b * n * 4,
+           tflops=round(flops / (ms / 1e3) / 1e12, 2), pytorch_sdpa_ms=round(sdpa_ms, 4))
+
+    print(f"peak copy bandwidth {bw:.0f} GB/s ({device_facts(device).get('gpu', device)})")
+    print(f"{'op':24s} {'shape':34s} {'ms':>9s} {'bound ms':>9s} {'x bound':>8s}  other")
+    for case in cases:
+        shape = " ".join(f"{key}={val}" for key, val in case["shape"].items())
+        other = ", ".join(f"{key} {val}" for key, val in case.items() if key.startswith(("pytorch", "tflops")))
+        print(f"{case['op']:24s} {shape:34s} {case['ms']:9.4f} {case['bandwidth_bound_ms']:9.4f} {case['x_bound']:8.2f}  {other}")
+    merge = next(c for c in cases if c["op"] == "TokenAggregate")
+    payload = {"environment": device_facts(device), "smoke": args.smoke, "peak_bandwidth_gbs": round(bw, 1),
+               "warmup": args.warmup, "iterations": args.iterations, "cases": cases,
+               "merge_within_2x_of_bound": merge["x_bound"] <= 2.0}
+    gpu = re.sub(r"[^a-z0-9]+", "_", payload["environment"].get("gpu", device).lower()).strip("_")
+    path = write_result(f"kernel_bandwidth_{gpu}", payload, args.output)
+    print(f"wrote {path}")
+    return payload
+
+
+if __name__ == "__main__":
+    main()

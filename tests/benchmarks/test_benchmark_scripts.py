@@ -1,0 +1,45 @@
+"""The GPU benchmark scripts run end to end in their CPU smoke mode and write the JSON they promise."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_script(name: str, out: Path, interpret: bool):
+    env = {**os.environ, "TRITON_INTERPRET": "1" if interpret else "0"}
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / name), "--smoke", "--output", str(out)],
+                            capture_output=True, text=True, env=env, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(out.read_text()), result.stdout
+
+
+def test_kernel_bandwidth_smoke(tmp_path):
+    report, stdout = run_script("kernel_bandwidth.py", tmp_path / "k.json", interpret=True)
+    assert report["smoke"] and report["environment"]["device"] == "cpu" and report["peak_bandwidth_gbs"] > 0
+    ops = {c["op"]: c for c in report["cases"]}
+    assert set(ops) == {"TokenAggregate", "ToMeMatch", "ProportionalAttention"}
+    agg = ops["TokenAggregate"]  # B=2 N=33 C=64 T=29 fp32: x + w + dest + out bytes
+    assert agg["bytes"] == 2 * 33 * 64 * 4 + 2 * 33 * 12 + 2 * 29 * 64 * 4
+    assert abs(agg["x_bound"] - agg["ms"] / agg["bandwidth_bound_ms"]) <= 0.01 * agg["x_bound"]
+    assert abs(agg["bandwidth_bound_ms"] - agg["bytes"] / (report["peak_bandwidth_gbs"] * 1e9) * 1e3) <= 0.01 * agg["bandwidth_bound_ms"]
+    assert "peak copy bandwidth" in stdout
+
+
+def test_kernel_bandwidth_smoke_needs_the_interpreter(tmp_path):
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kernel_bandwidth.py"), "--smoke", "--output", str(tmp_path / "k.json")],
+                            capture_output=True, text=True, env={**os.environ, "TRITON_INTERPRET": "0"}, cwd=ROOT)
+    assert result.returncode != 0 and "TRITON_INTERPRET=1" in result.stderr and not (tmp_path / "k.json").exists()
+
+
+def test_end_to_end_latency_smoke(tmp_path):
+    report, stdout = run_script("end_to_end_latency.py", tmp_path / "e.json", interpret=False)
+    (row,) = report["results"]
+    assert row["model"] == "deit_tiny_patch16_224" and row["batch"] == 1
+    assert set(row["median_ms"]) == {"dense", "tome", "tome_sdpa"}
+    assert row["tokens_per_layer"] == [197 - 16 * i for i in range(12)]
+    assert abs(row["speedup_tome"] - row["median_ms"]["dense"] / row["median_ms"]["tome"]) < 0.01 * row["speedup_tome"] + 1e-3
+    assert "command" in report and "end_to_end_latency.py" in report["command"]
