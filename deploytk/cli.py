@@ -347,14 +347,30 @@ def calibrate(
 
 @app.command()
 @handle_errors
-def build(directory: Path = typer.Argument(..., help="Artifact directory written by `deploytk export`.")):
-    """Build a TensorRT engine from DIR/model.onnx with the deploytk plugins (needs TensorRT)."""
-    from deploytk.backends.trt import require_tensorrt
+def build(
+    directory: Path = typer.Argument(..., help="Artifact directory written by `deploytk export`."),
+    batch: str = typer.Option("1,8,64", help="Optimization profile of the batch: min,opt,max (or one value)."),
+    merge_impl: str = typer.Option("plugin", help="plugin (deploytk's AOT kernels) | native (TensorRT inlines the ONNX bodies)."),
+    attention_impl: str = typer.Option("plugin", help="plugin (deploytk's kernel) | native (TensorRT's fused attention, log(size) mask)."),
+    opt_level: int = typer.Option(3, help="TensorRT builder optimization level 0..5."),
+    timing_cache: Path = typer.Option(None, help="Timing cache file, read if present and updated after the build."),
+    json_out: bool = typer.Option(False, "--json", help="Print the engine manifest as JSON on stdout."),
+):
+    """Build DIR/model.engine (+ engine.json) with TensorRT and the deploytk plugins (needs TensorRT and a GPU)."""
+    from deploytk.build.builder import build_engine
+    from deploytk.build.options import build_options
     from deploytk.export.artifacts import require_artifact_dir
 
+    options = build_options(batch, merge_impl=merge_impl, attention_impl=attention_impl, opt_level=opt_level,
+                            timing_cache=str(timing_cache) if timing_cache else None)
     require_artifact_dir(directory)
-    require_tensorrt("deploytk build")
-    raise DeploytkError("deploytk build: the TensorRT engine builder is not part of this version yet.")
+    with progress(not json_out) as step:
+        record = build_engine(directory, options, step)
+    if json_out:
+        _emit_json(record)
+    else:
+        out_console.print(f"[green]built[/] {directory / 'model.engine'} in {record['build_seconds']} s "
+                          f"(TensorRT {record['tensorrt']}, {record['gpu']}; plugins: {', '.join(record['plugin_ops']) or 'none'})")
 
 
 @app.command("eval")

@@ -136,3 +136,6 @@ def test_tensorrt_commands_fail_cleanly_without_tensorrt(tmp_path):
     result = runner.invoke(app, ["build", str(tmp_path)])
     assert result.exit_code == 2
     assert "needs TensorRT, which is not installed" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json", "model.onnx"]  # nothing half-written
+    result = runner.invoke(app, ["build", str(tmp_path), "--merge-impl", "fast"])  # options are checked first
+    assert result.exit_code == 2 and "merge_impl" in result.output and "'plugin' or 'native'" in result.output

@@ -1,0 +1,127 @@
+"""`deploytk build`: parse the artifact's ONNX with the deploytk plugins registered and build an engine.
+
+Written against TensorRT's Python API (10.9+ and 11.x) and NOT RUN (TensorRT cannot be
+installed where deploytk is built): ``trt.Builder``, ``Builder.create_network`` with
+``NetworkDefinitionCreationFlag.STRONGLY_TYPED`` (TensorRT 11 networks are always strongly
+typed: precision comes from the graph), ``trt.OnnxParser.parse`` / ``get_error``,
+``Builder.create_optimization_profile`` + ``IOptimizationProfile.set_shape`` (min/opt/max
+batch), ``IBuilderConfig.builder_optimization_level``, ``create_timing_cache`` /
+``set_timing_cache`` / ``ITimingCache.serialize``, ``IBuilderConfig.progress_monitor`` (an
+``trt.IProgressMonitor`` with ``phase_start``/``step_complete``/``phase_finish``) and
+``Builder.build_serialized_network``. Plugin nodes carry ``aot=1``: onnx-tensorrt then
+requires the AOT implementation, so the engine embeds the PTX and needs no Python at run time.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import onnx
+from onnx import helper
+
+from deploytk.build.engine_manifest import ENGINE_FILE, ENGINE_MANIFEST_FILE, engine_manifest
+from deploytk.build.graph import prepare_for_build
+from deploytk.build.options import BuildOptions
+from deploytk.errors import DeploytkError
+from deploytk.export.artifacts import MODEL_FILE, require_artifact_dir
+from deploytk.export.manifest import now_utc, read_manifest, sha256_file
+from deploytk.export.onnx_export import INPUT_NAME
+
+
+def gpu_identity() -> tuple[str, str]:
+    """(GPU name, compute capability 'major.minor') of device 0."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise DeploytkError("building a TensorRT engine needs an NVIDIA GPU, and CUDA reports none here.")
+    major, minor = torch.cuda.get_device_capability(0)
+    return torch.cuda.get_device_name(0), f"{major}.{minor}"
+
+
+def _force_aot(model: onnx.ModelProto, plugin_ops: list[str]) -> None:
+    for node in model.graph.node:
+        if node.op_type in plugin_ops and any(a.name == "plugin_namespace" for a in node.attribute):
+            node.attribute.append(helper.make_attribute("aot", 1))
+
+
+def build_engine(directory: Path, options: BuildOptions, step=lambda message: None) -> dict:
+    """Build DIR/model.engine and DIR/engine.json (written only once the engine exists)."""
+    from deploytk.backends.trt import require_tensorrt
+
+    directory = require_artifact_dir(Path(directory))
+    require_tensorrt("deploytk build")
+    import tensorrt as trt
+
+    from plugins.tensorrt_plugins import PLUGIN_OPS, register_plugins
+
+    manifest = read_manifest(directory)  # also checks model.onnx against its sha256
+    gpu, capability = gpu_identity()
+    step("registering the deploytk plugins")
+    register_plugins()
+    model, plugin_ops = prepare_for_build(onnx.load(str(directory / MODEL_FILE)), options, PLUGIN_OPS)
+    _force_aot(model, plugin_ops)
+
+    logger = trt.Logger(trt.Logger.WARNING)
+    builder = trt.Builder(logger)
+    network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
+    parser = trt.OnnxParser(network, logger)
+    step("parsing the ONNX")
+    if not parser.parse(model.SerializeToString()):
+        errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
+        raise DeploytkError(f"TensorRT's ONNX parser rejected {directory / MODEL_FILE}: {errors}",
+                            hint="Try --merge-impl native / --attention-impl native to isolate a plugin problem.")
+
+    config = builder.create_builder_config()
+    config.builder_optimization_level = options.opt_level
+    _, channels, height, width = manifest["inputs"][0]["shape"]
+    lo, opt, hi = options.batch
+    profile = builder.create_optimization_profile()
+    profile.set_shape(INPUT_NAME, (lo, channels, height, width), (opt, channels, height, width), (hi, channels, height, width))
+    config.add_optimization_profile(profile)
+    cache_path = Path(options.timing_cache) if options.timing_cache else None
+    cache = config.create_timing_cache(cache_path.read_bytes() if cache_path and cache_path.exists() else b"")
+    config.set_timing_cache(cache, ignore_mismatch=False)
+    config.progress_monitor = _progress_monitor(trt, step)
+
+    step("building the engine (minutes)")
+    t0 = time.perf_counter()
+    serialized = builder.build_serialized_network(network, config)
+    if serialized is None:
+        raise DeploytkError("TensorRT could not build the engine (see its log above).",
+                            hint="Try a smaller --batch max, --opt-level 2, or the native paths.")
+    seconds = time.perf_counter() - t0
+    if cache_path:
+        cache_path.write_bytes(memoryview(config.get_timing_cache().serialize()))
+    record = engine_manifest(onnx_sha256=sha256_file(directory / MODEL_FILE), tensorrt=trt.__version__, gpu=gpu,
+                             compute_capability=capability, options=options, plugin_ops=plugin_ops,
+                             build_seconds=seconds, created=now_utc())
+    _write_atomically(directory / ENGINE_FILE, bytes(serialized))
+    _write_atomically(directory / ENGINE_MANIFEST_FILE, (json.dumps(record, indent=2) + "\n").encode())
+    return record
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".partial")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def _progress_monitor(trt, step):
+    """trt.IProgressMonitor reporting build phases through ``step`` (the CLI's progress line)."""
+
+    class Monitor(trt.IProgressMonitor):
+        def __init__(self):
+            trt.IProgressMonitor.__init__(self)
+
+        def phase_start(self, phase_name, parent_phase, num_steps):
+            step(f"TensorRT: {phase_name} ({num_steps} steps)")
+
+        def step_complete(self, phase_name, step_index):
+            return True  # False would cancel the build
+
+        def phase_finish(self, phase_name):
+            pass
+
+    return Monitor()

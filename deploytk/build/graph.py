@@ -1,0 +1,48 @@
+"""The ONNX a build parses: deploytk nodes switched between plugin and native per build.
+
+TensorRT's parser turns a node that carries ``plugin_namespace`` into the registered plugin
+``namespace::op_type`` and inlines the node's model-local function when the node is not a
+plugin node (onnx-tensorrt ModelImporter: ``attrs.count("plugin_namespace")`` selects the
+plugin path). So ``native`` means: drop the plugin attributes (merge ops), or rewrite to the
+standard ``Attention`` op that TensorRT fuses (``export.native_attention``). Ops without a
+deploytk plugin always go native.
+"""
+
+from __future__ import annotations
+
+import onnx
+
+from deploytk.build.options import BuildOptions
+from deploytk.ops import DOMAIN, PLUGIN_ATTRIBUTES
+
+MERGE_PLUGIN_OPS = ("ToMeMatch", "TokenAggregate")
+ATTENTION_OP = "ProportionalAttention"
+
+
+def _strip_plugin_attributes(node: onnx.NodeProto) -> None:
+    keep = [a for a in node.attribute if a.name not in PLUGIN_ATTRIBUTES]
+    del node.attribute[:]
+    node.attribute.extend(keep)
+
+
+def prepare_for_build(model: onnx.ModelProto, options: BuildOptions, plugin_ops: tuple[str, ...]) -> tuple[onnx.ModelProto, list[str]]:
+    """A copy of ``model`` for TensorRT's parser, and the deploytk op types that will run as plugins."""
+    from deploytk.export.native_attention import use_native_attention
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    has_attention = any(n.domain == DOMAIN and n.op_type == ATTENTION_OP for n in out.graph.node)
+    if options.attention_impl == "native" and has_attention:
+        out = use_native_attention(out, expand_mask=False)
+    wanted = set(plugin_ops)
+    if options.merge_impl == "native":
+        wanted -= set(MERGE_PLUGIN_OPS)
+    plugins = set()
+    for node in out.graph.node:
+        if node.domain != DOMAIN:
+            continue
+        if node.op_type in wanted:
+            plugins.add(node.op_type)
+        else:
+            _strip_plugin_attributes(node)  # the parser inlines the function body
+    return out, sorted(plugins)

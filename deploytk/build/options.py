@@ -1,0 +1,69 @@
+"""`deploytk build` options, validated before anything is built (TensorRT builds take minutes)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from deploytk.errors import DeploytkError
+
+Impl = Literal["plugin", "native"]
+
+
+class BuildOptions(BaseModel):
+    """What a build varies; recorded verbatim in the engine manifest.
+
+    ``batch`` is the optimization profile (min, opt, max) of the dynamic batch dimension.
+    ``merge_impl``: ``plugin`` runs ToMeMatch/TokenAggregate as deploytk's AOT plugins;
+    ``native`` lets TensorRT inline their standard-op function bodies. ``attention_impl``:
+    ``plugin`` = deploytk's ProportionalAttention kernel; ``native`` = TensorRT's fused
+    attention (the ONNX ``Attention`` op with log(size) as additive mask).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    batch: tuple[int, int, int] = (1, 8, 64)
+    merge_impl: Impl = "plugin"
+    attention_impl: Impl = "plugin"
+    opt_level: int = 3
+    timing_cache: str | None = None
+
+    @field_validator("batch")
+    @classmethod
+    def _ordered(cls, v):
+        if not (1 <= v[0] <= v[1] <= v[2]):
+            raise ValueError(f"--batch min,opt,max must satisfy 1 <= min <= opt <= max; got {','.join(map(str, v))}")
+        return v
+
+    @field_validator("opt_level")
+    @classmethod
+    def _level(cls, v):
+        if not 0 <= v <= 5:
+            raise ValueError(f"--opt-level must be 0..5 (TensorRT's builder_optimization_level); got {v}")
+        return v
+
+
+def parse_batch(spec: str) -> tuple[int, int, int]:
+    """'1,8,64' -> (1, 8, 64); a single value 'N' means a fixed batch (N, N, N)."""
+    try:
+        values = [int(v) for v in spec.split(",")]
+    except ValueError:
+        raise DeploytkError(f"--batch {spec!r} is not a list of integers; use min,opt,max such as 1,8,64 (or one value).") from None
+    if len(values) == 1:
+        values *= 3
+    if len(values) != 3:
+        raise DeploytkError(f"--batch {spec!r} has {len(values)} values; use min,opt,max such as 1,8,64 (or one value).")
+    return tuple(values)
+
+
+def build_options(batch: str = "1,8,64", **kwargs) -> BuildOptions:
+    """BuildOptions from CLI values, with pydantic's complaint turned into one deploytk error."""
+    from pydantic import ValidationError
+
+    try:
+        return BuildOptions(batch=parse_batch(batch), **kwargs)
+    except ValidationError as err:
+        first = err.errors()[0]
+        field = ".".join(str(p) for p in first["loc"])
+        raise DeploytkError(f"build option {field}: {first['msg'].removeprefix('Value error, ')}.") from None
