@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import platform
+import re
 import shlex
 import sys
 import time
@@ -64,11 +65,14 @@ def peak_bandwidth_gbs(device: str, mib: int = 1024, iterations: int = 20) -> fl
     return 2 * src.numel() * 4 / (ms / 1e3) / 1e9
 
 
-def write_result(stem: str, payload: dict, output: Path | None) -> Path:
-    """JSON with the command and a timestamp; default path benchmarks/results/<stem>.json."""
-    path = output or RESULTS / f"{stem}.json"
+def write_result(prefix: str, payload: dict, output: Path | None) -> Path:
+    """JSON with the command and a timestamp, printed path; default benchmarks/results/<prefix>_<gpu or device>.json."""
+    env = payload["environment"]
+    where = re.sub(r"[^a-z0-9]+", "_", env.get("gpu", env["device"]).lower()).strip("_")
+    path = output or RESULTS / f"{prefix}_{where}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                "command": shlex.join([Path(sys.executable).name, *sys.argv]), **payload}
     path.write_text(json.dumps(payload, indent=2) + "\n")
+    print(f"wrote {path}")
     return path

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import re
 import sys
 from pathlib import Path
 
@@ -91,9 +90,7 @@ def main(argv=None) -> dict:
                   f"  tome+sdpa {ms['tome_sdpa']:8.3f} ms ({row['speedup_tome_sdpa']:.2f}x)")
         del nets
     payload = {"environment": device_facts(device), "smoke": args.smoke, "warmup": args.warmup, "iterations": args.iterations, "results": rows}
-    gpu = re.sub(r"[^a-z0-9]+", "_", payload["environment"].get("gpu", device).lower()).strip("_")
-    path = write_result(f"end_to_end_latency_{gpu}", payload, args.output)
-    print(f"wrote {path}")
+    write_result("end_to_end_latency", payload, args.output)
     return payload
 
 

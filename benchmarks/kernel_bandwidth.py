@@ -14,7 +14,6 @@ PyTorch's scatter_add reference. Writes benchmarks/results/kernel_bandwidth_<gpu
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
@@ -104,9 +103,7 @@ def main(argv=None) -> dict:
     payload = {"environment": device_facts(device), "smoke": args.smoke, "peak_bandwidth_gbs": round(bw, 1),
                "warmup": args.warmup, "iterations": args.iterations, "cases": cases,
                "merge_within_2x_of_bound": merge["x_bound"] <= 2.0}
-    gpu = re.sub(r"[^a-z0-9]+", "_", payload["environment"].get("gpu", device).lower()).strip("_")
-    path = write_result(f"kernel_bandwidth_{gpu}", payload, args.output)
-    print(f"wrote {path}")
+    write_result("kernel_bandwidth", payload, args.output)
     return payload
 
 
