@@ -22,9 +22,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import device_facts, median, peak_bandwidth_gbs, time_ms, write_result  # noqa: E402
-
-DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+from benchmarks.common import DTYPES, device_facts, median, peak_bandwidth_gbs, time_ms, write_result  # noqa: E402
 
 
 def parse_args(argv=None):
