@@ -153,13 +153,15 @@ def load_config(path: str | Path) -> DeployConfig:
 
 
 def apply_overrides(cfg: DeployConfig, **overrides) -> DeployConfig:
-    """Apply CLI overrides (model, method, r, checkpoint) and re-validate."""
+    """Apply CLI overrides (model, method, r, checkpoint, precision) and re-validate."""
     data = cfg.model_dump(exclude_unset=True)  # unset stays unset (keep-rate methods reject an explicit r)
     for key, value in overrides.items():
         if value is None:
             continue
         if key in ("method", "r"):
             data.setdefault("merge", {})[key] = value
+        elif key == "precision":
+            data.setdefault("export", {})[key] = value
         else:
             data[key] = value
     return config_from_dict(data, "(after command-line overrides)")

@@ -134,8 +134,11 @@ def use_native_attention(model: onnx.ModelProto, *, expand_mask: bool = True) ->
             mask = add("Expand", [mask, shape], "mask_b1nn")  # [B, 1, Nq, N]
         if not q_is_fp32:
             mask = add("CastLike", [mask, q], "mask_cast")
+        # low precision: the softmax stays fp32 (Attention-23's softmax_precision), as in ProportionalAttention
+        precision = {} if q_is_fp32 else {"softmax_precision": TensorProto.FLOAT}
         new_nodes.append(
-            helper.make_node("Attention", [q_scaled, k, v, mask], [y], name=names.fresh_node(f"{base}/native_attention"), scale=1.0)
+            helper.make_node("Attention", [q_scaled, k, v, mask], [y], name=names.fresh_node(f"{base}/native_attention"),
+                             scale=1.0, **precision)
         )
 
     del graph.node[:]

@@ -13,6 +13,7 @@ from deploytk.export.artifacts import MANIFEST_FILE, MODEL_FILE, atomic_director
 from deploytk.export.manifest import now_utc, package_versions, sha256_file
 from deploytk.export.onnx_export import INPUT_NAME, IR_VERSION, OUTPUT_NAME, custom_op_counts, export_model
 from deploytk.merging.patch import MergedViT
+from deploytk.merging.precision import to_precision
 from deploytk.models import build_reference
 
 
@@ -55,15 +56,13 @@ def flops_summary(model: MergedViT) -> dict:
 
 def run_export(cfg: DeployConfig, output: Path, step=lambda msg: None) -> dict:
     """Export and return the manifest; nothing is left at ``output`` if anything fails."""
-    if cfg.export.precision != "fp32":
-        raise DeploytkError(
-            f"`export.precision` = {cfg.export.precision!r} is not supported by this version; allowed: fp32 "
-            "(fp16/bf16 graphs are planned)."
-        )
     step("building the PyTorch reference")
     model = build_reference(cfg)
     step("counting FLOPs")
     flops = flops_summary(model)
+    if cfg.export.precision != "fp32":
+        step(f"casting to {cfg.export.precision} (norms, softmax, sizes, matching in fp32)")
+        to_precision(model, cfg.export.precision)
     img = img_size_of(model)
     with atomic_directory(output) as tmp:
         step("exporting to ONNX (torch.onnx, dynamo)")
@@ -101,6 +100,7 @@ def run_export(cfg: DeployConfig, output: Path, step=lambda msg: None) -> dict:
                 "sha256": sha256_file(tmp / MODEL_FILE),
                 "ir_version": IR_VERSION,
                 "opset": cfg.export.opset,
+                "precision": cfg.export.precision,
                 "export_seconds": round(seconds, 2),
             },
             "versions": package_versions(),

@@ -17,16 +17,17 @@ def token_aggregate(x: torch.Tensor, weight: torch.Tensor, dest: torch.Tensor, t
     """out[b, j] = sum_{i: dest[b,i]=j} weight[b,i] x[b,i], divided by sum weight[b,i] if ``normalize``.
 
     x [B, N, C], weight [B, N, 1], dest [B, N] in [0, tokens_out]; slot ``tokens_out`` is
-    a drop bucket that is discarded.
+    a drop bucket that is discarded. The sums are taken in fp32 (weights are token sizes or
+    attention, which fp16 would round) and the result is returned in x's dtype.
     """
     b, _, c = x.shape
     idx = dest[..., None]
-    acc = x.new_zeros(b, tokens_out + 1, c).scatter_add(1, idx.expand(-1, -1, c), x * weight)
+    xf, wf = x.float(), weight.float()
+    acc = xf.new_zeros(b, tokens_out + 1, c).scatter_add(1, idx.expand(-1, -1, c), xf * wf)
     acc = acc[:, :tokens_out]
-    if not normalize:
-        return acc
-    wsum = weight.new_zeros(b, tokens_out + 1, 1).scatter_add(1, idx, weight)[:, :tokens_out]
-    return acc / wsum
+    if normalize:
+        acc = acc / wf.new_zeros(b, tokens_out + 1, 1).scatter_add(1, idx, wf)[:, :tokens_out]
+    return acc.to(x.dtype)
 
 
 def inverse_rank(order: torch.Tensor) -> torch.Tensor:

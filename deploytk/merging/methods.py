@@ -16,7 +16,7 @@ from deploytk.errors import DeploytkError
 from deploytk.merging import atm
 from deploytk.merging.mctf import mctf_cap
 from deploytk.merging.options import ATMOptions, KeepRateOptions, MCTFOptions
-from deploytk.merging.patch import MergedViT, aggregate_size, attention_output, attention_probs
+from deploytk.merging.patch import MergedViT, aggregate_size, attend, attention_output, attention_probs
 from deploytk.merging.pruning import keep_count
 from deploytk.merging.schedule import TokenSchedule
 
@@ -73,7 +73,7 @@ class MCTFViT(MergedViT):
             h = blk.norm1(x)
             q, k, v = _split_qkv(attn, h, "qkv")
             probs = attention_probs(attn, q, k, size if self.prop_attn else None)
-            x = x + blk.drop_path1(blk.ls1(attention_output(attn, probs @ v, _gate(attn, h))))
+            x = x + blk.drop_path1(blk.ls1(attention_output(attn, attend(probs, v), _gate(attn, h))))
             x = x + blk.drop_path2(blk.ls2(blk.mlp(blk.norm2(x))))
             x, size, _ = self._fuse(x, size, probs, r, attn_next=False)
             return x, size
@@ -83,7 +83,7 @@ class MCTFViT(MergedViT):
         h = blk.norm1(x)
         if mode == "approx":  # one-step-ahead: the fused map stands in for the next attention map
             (v,) = _split_qkv(attn, h, "v")
-            out = attention_output(attn, probs_next @ v, _gate(attn, h))
+            out = attention_output(attn, attend(probs_next, v), _gate(attn, h))
         else:
             out = self._attention(attn, h, size)[0]
         x = x + blk.drop_path1(blk.ls1(out))

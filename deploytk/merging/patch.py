@@ -72,6 +72,8 @@ class MergedViT(nn.Module):
         #: called as hook(op_name, args, dest) -> dest by every matching op; the validator records
         #: the reference's choices and replays a backend's through it (None: plain reference)
         self.dest_hook = None
+        #: weights/activations dtype; ``merging.precision.to_precision`` lowers it (I/O stays fp32)
+        self.compute_dtype = torch.float32
 
     def _plan(self, requested: list[int], num_tokens: int) -> TokenSchedule:
         """The static token counts per layer (ToMe's cap)."""
@@ -84,15 +86,15 @@ class MergedViT(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         vit = self.vit
-        x = vit.patch_embed(x)
+        x = vit.patch_embed(x.to(self.compute_dtype))
         x = vit._pos_embed(x)
         x = vit.patch_drop(x)
         x = vit.norm_pre(x)
-        size = x.new_ones(x.shape[0], x.shape[1], 1)
+        size = torch.ones(x.shape[0], x.shape[1], 1, dtype=torch.float32, device=x.device)  # always fp32
         for i, blk in enumerate(vit.blocks):
             x, size = self._block(i, blk, x, size)
         x = vit.norm(x)
-        return self._head(x, size)
+        return self._head(x, size).float()
 
     def expected_custom_ops(self) -> dict[str, int]:
         """deploytk nodes the exported graph must contain (checked after export)."""
@@ -117,7 +119,12 @@ class MergedViT(nn.Module):
         return x + blk.drop_path2(mlp_out), size
 
     def _match(self, op_name: str, *args):
-        """A matching/selection op (-> ``dest``), routed through ``dest_hook`` when one is set."""
+        """A matching/selection op (-> ``dest``), routed through ``dest_hook`` when one is set.
+
+        Its float inputs are cast to fp32: a discrete choice made on fp16 scores would flip
+        on ties that fp32 resolves.
+        """
+        args = tuple(a.float() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
         dest = getattr(torch.ops.deploytk, op_name)(*args)
         return dest if self.dest_hook is None else self.dest_hook(op_name, args, dest)
 
@@ -148,8 +155,10 @@ class MergedViT(nn.Module):
         q, k, v = qkv_heads(attn, x)
         if self.prop_attn:
             out = torch.ops.deploytk.proportional_attention(q, k, v, size, float(attn.scale))
-        else:
+        elif q.dtype == torch.float32:
             out = F.scaled_dot_product_attention(q, k, v)
+        else:  # low precision: keep the softmax in fp32, as ProportionalAttention does
+            out = attend(attention_probs(attn, q, k, None), v)
         cls_attn = attention_probs(attn, q[:, :, :1], k, size if self.prop_attn else None)[:, :, 0].mean(1) if cls_attention else None
         return attention_output(attn, out, gate), k.mean(1), cls_attn
 
@@ -163,7 +172,7 @@ class MergedViT(nn.Module):
         elif pool:
             if not vit.pool_include_prefix:
                 x, size = x[:, vit.num_prefix_tokens :], size[:, vit.num_prefix_tokens :]
-            avg = (x * size).sum(dim=1) / size.sum(dim=1)  # a merged token counts `size` times
+            avg = ((x * size).sum(dim=1) / size.sum(dim=1)).to(x.dtype)  # a merged token counts `size` times (fp32 sums)
             if pool == "avg":
                 x = avg
             elif pool == "max":
@@ -184,11 +193,16 @@ def qkv_heads(attn: nn.Module, x):
 
 
 def attention_probs(attn: nn.Module, q, k, size):
-    """softmax((q * scale) k^T [+ log size]) in plain ops: [B, H, Nq, N]."""
-    logits = (q * attn.scale) @ k.transpose(-2, -1)
+    """softmax((q * scale) k^T [+ log size]) in plain ops: [B, H, Nq, N], always fp32."""
+    logits = ((q * attn.scale) @ k.transpose(-2, -1)).float()
     if size is not None:
         logits = logits + size.log()[:, None, None, :, 0]
     return logits.softmax(dim=-1)
+
+
+def attend(probs, v):
+    """probs @ v in v's precision (probs are fp32)."""
+    return probs.to(v.dtype) @ v
 
 
 def attention_output(attn: nn.Module, out, gate=None):

@@ -30,8 +30,9 @@ def check_attention_args(q, k, v, size) -> None:
 
 
 def attention_reference(q, k, v, size, scale: float) -> torch.Tensor:
-    logits = (q * scale) @ k.transpose(-2, -1) + size.log()[:, None, None, :, 0]
-    return logits.softmax(dim=-1) @ v
+    """The matmuls in q's dtype, the logits, log(size) and softmax in fp32."""
+    logits = ((q * scale) @ k.transpose(-2, -1)).float() + size.float().log()[:, None, None, :, 0]
+    return logits.softmax(dim=-1).to(v.dtype) @ v
 
 
 @torch.library.custom_op("deploytk::proportional_attention", mutates_args=())
@@ -57,8 +58,12 @@ def ProportionalAttention(
     plugin_namespace: str = "deploytk",
     plugin_version: str = "1",
 ) -> FLOAT:
-    """Attention with an additive log(size) bias on the key axis, in standard ONNX ops."""
-    qs = op.Mul(q, op.Constant(value_float=scale))
-    logits = op.MatMul(qs, op.Transpose(k, perm=[0, 1, 3, 2]))
-    bias = op.Reshape(op.Log(size), op.Constant(value_ints=[0, 1, 1, -1]))  # [B, 1, 1, N] on the key axis
-    return op.MatMul(op.Softmax(op.Add(logits, bias), axis=-1), v)
+    """Attention with an additive log(size) bias on the key axis, in standard ONNX ops.
+
+    The matmuls run in q's type; logits, bias and softmax in fp32 (both casts are no-ops in
+    an fp32 graph).
+    """
+    qs = op.Mul(q, op.CastLike(op.Constant(value_float=scale), q))
+    logits = op.Cast(op.MatMul(qs, op.Transpose(k, perm=[0, 1, 3, 2])), to=1)
+    bias = op.Reshape(op.Log(op.Cast(size, to=1)), op.Constant(value_ints=[0, 1, 1, -1]))  # [B, 1, 1, N] on the key axis
+    return op.MatMul(op.CastLike(op.Softmax(op.Add(logits, bias), axis=-1), v), v)

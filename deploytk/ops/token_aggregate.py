@@ -67,14 +67,15 @@ def TokenAggregate(
     ax1 = op.Constant(value_ints=[1])
     ax2 = op.Constant(value_ints=[2])
     t_out = op.Reshape(op.Constant(value_int=tokens_out), one)
-    xw = op.Concat(op.Mul(x, weight), weight, axis=-1)  # [B, N, C+1]
+    wf = op.Cast(weight, to=1)  # sums in fp32 whatever x's type; the result is cast back to it
+    xw = op.Concat(op.Mul(op.Cast(x, to=1), wf), wf, axis=-1)  # [B, N, C+1]
     c = op.Shape(x, start=2, end=3)
-    assign = op.OneHot(dest, op.Add(t_out, one), op.CastLike(op.Constant(value_floats=[0.0, 1.0]), x), axis=1)  # [B, T+1, N]
+    assign = op.OneHot(dest, op.Add(t_out, one), op.Constant(value_floats=[0.0, 1.0]), axis=1)  # [B, T+1, N]
     acc = op.Slice(op.MatMul(assign, xw), zero, t_out, ax1)
     num = op.Slice(acc, zero, c, ax2)
     den = op.Slice(acc, c, op.Add(c, one), ax2)
     flag = op.Cast(op.Constant(value_int=normalize), to=9)
-    return op.Div(num, op.Where(flag, den, op.CastLike(op.Constant(value_float=1.0), den)))
+    return op.CastLike(op.Div(num, op.Where(flag, den, op.Constant(value_float=1.0))), x)
 
 
 def translate_token_aggregate(x, weight, dest, tokens_out: int, normalize: bool):
