@@ -6,6 +6,7 @@ both equally; the speedup is the ratio of the medians.
 
 from __future__ import annotations
 
+import copy
 import os
 import platform
 import time
@@ -19,6 +20,8 @@ from deploytk.errors import DeploytkError
 from deploytk.export.artifacts import MODEL_FILE, require_artifact_dir
 from deploytk.export.manifest import read_manifest
 from deploytk.export.onnx_export import INPUT_NAME, export_model
+from deploytk.merging.patch import MergedViT
+from deploytk.merging.precision import to_precision
 from deploytk.models import build_reference
 
 BASELINE_DIR = ".baseline"  # dense ONNX exported from the same weights, cached per model.onnx sha256
@@ -63,10 +66,25 @@ def dense_onnx(directory: Path, manifest: dict, dense_model, img) -> Path:
     return cache
 
 
+def dense_model(merged: MergedViT, precision: str):
+    """The unmerged baseline in the artifact's precision: timm's model itself in fp32; in low
+    precision the same weights without reduction or proportional attention, cast by the same rules."""
+    if precision == "fp32":
+        return merged.vit
+    return to_precision(MergedViT(copy.deepcopy(merged.vit), [0] * len(merged.vit.blocks), prop_attn=False), precision)
+
+
 def _runners(backend: str, directory: Path, manifest: dict, step):
     cfg = config_from_dict(manifest["config"], f"{directory}/manifest.json")
+    precision = cfg.export.precision
+    if backend == "ort" and precision == "bf16":
+        raise DeploytkError(
+            f"{directory} is a bf16 graph, and ONNX Runtime's CPU provider has no bf16 kernels: its latency cannot be measured here.",
+            hint="Profile it with --backend trt or --backend ort-cuda on a GPU, or export with --precision fp16/fp32 for CPU.",
+        )
     merged = build_reference(cfg)
-    dense = merged.vit
+    dense = dense_model(merged, precision)
+    merged = to_precision(merged, precision)
     img = tuple(manifest["model"]["img_size"])
     if backend == "torch":
         def torch_fn(model):
@@ -134,6 +152,7 @@ def profile(directory: Path, backend: str, batch_sizes: list[int], warmup: int, 
         "model": manifest["model"]["name"],
         "method": manifest["config"]["merge"]["method"],
         "r": manifest["config"]["merge"]["r"],
+        "precision": manifest["config"].get("export", {}).get("precision", "fp32"),
         "gflops": manifest["gflops"],
         "dense_gflops": manifest["dense_gflops"],
         "device": device_info(backend),

@@ -18,10 +18,12 @@ of those nodes, and accepts the image as a *branch flip* only if all of these ho
 
 from __future__ import annotations
 
+import copy
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+import onnx
 import torch
 
 from deploytk.export.onnx_export import OUTPUT_NAME
@@ -50,16 +52,17 @@ class _Probe:
     dest: str
 
 
-def probed_model(path: Path) -> tuple[bytes | None, list[_Probe]]:
+def probed_model(model: Path | onnx.ModelProto) -> tuple[bytes | None, list[_Probe]]:
     """The ONNX model with every matching node's inputs and ``dest`` added as graph outputs.
 
     The backend is validated on this model, so that the choices diagnosed are the ones that
     made its logits (ONNX Runtime on several CPU threads is not bit-reproducible run to run).
     ``(None, [])`` when the graph has no matching ops.
     """
-    import onnx
-
-    model = onnx.load(str(path))
+    if isinstance(model, Path):
+        model = onnx.load(str(model))
+    else:
+        model = copy.deepcopy(model)
     typed = {v.name: v for v in onnx.shape_inference.infer_shapes(model).graph.value_info}
     outputs = {o.name for o in model.graph.output}
     probes = []
