@@ -2,8 +2,9 @@
 
 Deterministic: each program owns a [BLOCK_T, BLOCK_C] tile of the output and sums over all
 tokens with a one-hot matrix product (no atomics, so results do not depend on scheduling; the
-same reason the ONNX body avoids ScatterND). The one-hot is exact in every dtype; w*x is
-rounded once to the input dtype, products are accumulated in fp32.
+same reason the ONNX body avoids ScatterND). The weights enter the assignment matrix in the
+input dtype (integer sizes are exact up to 2048 in fp16, 256 in bf16) and the products are
+accumulated in fp32, so a large size times a large activation cannot overflow fp16.
 
 Parameter order follows TensorRT's AOT plugin convention: input pointers, then int scalars,
 then output pointers; compile-time constants last.
@@ -35,10 +36,12 @@ def token_aggregate_kernel(
         d = tl.load(dest_ptr + b * N + n, mask=n_ok, other=-1)
         w = tl.load(w_ptr + b * N + n, mask=n_ok, other=0.0).to(tl.float32)
         x = tl.load(x_ptr + (b * N + n[:, None]) * C + c[None, :], mask=n_ok[:, None] & c_ok[None, :], other=0.0)
-        hit = d[None, :] == t[:, None]  # [BLOCK_T, BLOCK_N]
-        xw = (x.to(tl.float32) * w[:, None]).to(x.dtype)
-        acc += tl.dot(hit.to(x.dtype), xw, input_precision=PRECISION)
-        den += tl.sum(tl.where(hit, w[None, :], 0.0), axis=1)
+        hit_w = tl.where(d[None, :] == t[:, None], w[None, :], 0.0)  # [BLOCK_T, BLOCK_N]: the weighted assignment
+        # the weights ride in the assignment matrix, so w*x is formed in the dot's fp32 accumulator
+        # (a low-precision x*w could overflow fp16 for large sizes)
+        hit_w = hit_w.to(x.dtype)
+        acc += tl.dot(hit_w, x, input_precision=PRECISION)
+        den += tl.sum(hit_w.to(tl.float32), axis=1)  # the same (rounded) weights: a mean stays a mean
     if NORMALIZE:
         acc = acc / tl.where(den > 0, den, 1.0)[:, None]
     t_ok = t < T

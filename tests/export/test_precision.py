@@ -84,6 +84,14 @@ def test_low_precision_graph_keeps_the_accuracy_critical_tensors_fp32(precision,
     assert len(match) == 4 and all(types[n.input[0]] == TensorProto.FLOAT for n in match)  # scores in fp32
     aggregate = [n for n in nodes if n.op_type == "TokenAggregate"]
     assert {types[n.output[0]] for n in aggregate} == {elem, TensorProto.FLOAT}  # tokens low, sizes fp32
+    # every deploytk node's types are among those its TensorRT plugin declares
+    from plugins.tensorrt_plugins import PLUGIN_OPS, type_combinations
+
+    trt_name = {TensorProto.FLOAT: "FP32", TensorProto.FLOAT16: "FP16", TensorProto.BFLOAT16: "BF16", TensorProto.INT64: "INT64"}
+    plugin_nodes = [n for n in nodes if n.op_type in PLUGIN_OPS]
+    assert len(plugin_nodes) == 4 + 4 + 7  # attention, match, aggregate (the last size aggregate is dead code)
+    for n in plugin_nodes:
+        assert ", ".join(trt_name[types[t]] for t in [*n.input, *n.output]) in type_combinations(n.op_type), n.op_type
     if precision == "bf16":
         conv = next(n for n in nodes if n.op_type == "Conv")
         assert types[conv.input[0]] == TensorProto.FLOAT  # ONNX Conv has no bf16 before opset 22
