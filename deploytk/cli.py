@@ -369,15 +369,16 @@ def build(
     attention_impl: str = typer.Option("plugin", help="plugin (deploytk's kernel) | native (TensorRT's fused attention, log(size) mask)."),
     opt_level: int = typer.Option(3, help="TensorRT builder optimization level 0..5."),
     timing_cache: Path = typer.Option(None, help="Timing cache file, read if present and updated after the build."),
+    baseline: bool = typer.Option(True, help="Also build the unmerged model the same way (baseline.engine), which `profile --backend trt` compares against."),
     json_out: bool = typer.Option(False, "--json", help="Print the engine manifest as JSON on stdout."),
 ):
-    """Build DIR/model.engine (+ engine.json) with TensorRT and the deploytk plugins (needs TensorRT and a GPU)."""
+    """Build DIR/model.engine (+ baseline.engine, engine.json) with TensorRT and the deploytk plugins (needs TensorRT and a GPU)."""
     from deploytk.build.builder import build_engine
     from deploytk.build.options import build_options
     from deploytk.export.artifacts import require_artifact_dir
 
     options = build_options(batch, merge_impl=merge_impl, attention_impl=attention_impl, opt_level=opt_level,
-                            timing_cache=str(timing_cache) if timing_cache else None)
+                            timing_cache=str(timing_cache) if timing_cache else None, baseline=baseline)
     require_artifact_dir(directory)
     with progress(not json_out) as step:
         record = build_engine(directory, options, step)

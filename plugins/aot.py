@@ -11,7 +11,7 @@ import hashlib
 import re
 import inspect
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from deploytk.errors import DeploytkError

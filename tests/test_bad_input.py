@@ -139,3 +139,20 @@ def test_tensorrt_commands_fail_cleanly_without_tensorrt(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json", "model.onnx"]  # nothing half-written
     result = runner.invoke(app, ["build", str(tmp_path), "--merge-impl", "fast"])  # options are checked first
     assert result.exit_code == 2 and "merge_impl" in result.output and "'plugin' or 'native'" in result.output
+
+
+def test_validate_and_profile_on_tensorrt_fail_cleanly_without_tensorrt(tmp_path):
+    from deploytk.backends.trt import tensorrt_version
+
+    if tensorrt_version() is not None:
+        pytest.skip("TensorRT is installed here")
+    art = tmp_path / "art"
+    config = Path(__file__).resolve().parents[1] / "export_configs" / "digits_vit_dense.yaml"
+    assert runner.invoke(app, ["export", str(config), "--output", str(art)]).exit_code == 0
+    before = sorted(p.name for p in art.iterdir())
+    for command in (["validate", str(art), "--backend", "trt"], ["profile", str(art), "--backend", "trt"]):
+        result = runner.invoke(app, command)
+        assert result.exit_code == 2, result.output
+        assert f"{command[0]} --backend trt needs TensorRT, which is not installed" in result.output
+        assert "pip install tensorrt" in result.output and "Traceback" not in result.output
+    assert sorted(p.name for p in art.iterdir()) == before  # nothing written

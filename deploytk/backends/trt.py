@@ -1,6 +1,18 @@
-"""TensorRT availability guard (the engine path itself is built on top of this)."""
+"""TensorRT at run time: availability guard, engine checks, Polygraphy runner, CUDA-event timing.
+
+Written against TensorRT's Python API (10.9+ and 11.x) and NOT RUN here (TensorRT cannot be
+installed where deploytk is built; see the README's "verified on"). API used:
+``trt.Runtime.deserialize_cuda_engine``, ``ICudaEngine.num_io_tensors`` /
+``get_tensor_name`` / ``get_tensor_mode`` / ``get_tensor_dtype`` /
+``get_tensor_profile_shape``, ``ICudaEngine.create_execution_context``,
+``IExecutionContext.set_input_shape`` / ``get_tensor_shape`` / ``set_tensor_address`` /
+``execute_async_v3(stream_handle)``; Polygraphy's ``EngineFromBytes`` and ``TrtRunner``.
+Everything that needs no libnvinfer (the checks, the statistics) is tested.
+"""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from deploytk.errors import DeploytkError
 
@@ -22,3 +34,115 @@ def tensorrt_version() -> str | None:
 def require_tensorrt(what: str) -> None:
     if tensorrt_version() is None:
         raise DeploytkError(f"{what} needs TensorRT, which is not installed or cannot load here.", hint=INSTALL_HINT)
+
+
+def check_batch_sizes(engine_manifest: dict, batch_sizes: list[int], what: str) -> None:
+    """Every batch size must lie in the engine's optimization profile (min..max)."""
+    lo, _, hi = engine_manifest["build"]["batch"]
+    outside = [b for b in batch_sizes if not lo <= b <= hi]
+    if outside:
+        raise DeploytkError(
+            f"{what}: batch size(s) {', '.join(map(str, outside))} outside the engine's optimization profile {lo}..{hi}.",
+            hint=f"Rebuild with `deploytk build DIR --batch {min(lo, *outside)},{engine_manifest['build']['batch'][1]},"
+            f"{max(hi, *outside)}` or use batch sizes in {lo}..{hi}.",
+        )
+
+
+def checked_engine(directory: Path, what: str, baseline: bool = False) -> tuple[bytes, dict]:
+    """(serialized engine, engine.json) after checking it was built from this ONNX, with this TensorRT, for this GPU.
+
+    ``baseline``: the unmerged engine built alongside (``deploytk build`` without ``--no-baseline``).
+    """
+    from deploytk.build.builder import gpu_identity
+    from deploytk.build.engine_manifest import BASELINE_ENGINE_FILE, ENGINE_FILE, check_engine, read_engine_manifest
+    from deploytk.export.artifacts import MODEL_FILE
+    from deploytk.export.manifest import sha256_file
+
+    require_tensorrt(what)
+    import tensorrt as trt
+
+    manifest = read_engine_manifest(directory)
+    gpu, capability = gpu_identity()
+    check_engine(manifest, onnx_sha256=sha256_file(Path(directory) / MODEL_FILE), tensorrt=trt.__version__,
+                 compute_capability=capability, gpu=gpu)
+    path = Path(directory) / (BASELINE_ENGINE_FILE if baseline else ENGINE_FILE)
+    if not path.is_file():
+        raise DeploytkError(f"{what}: {path} is missing (the engine was built with --no-baseline).",
+                            hint=f"Rebuild without --no-baseline: `deploytk build {directory}`.")
+    return path.read_bytes(), manifest
+
+
+def polygraphy_runner(directory: Path, name: str = "tensorrt"):
+    """Polygraphy's TrtRunner over the checked engine (outputs come back as NumPy arrays)."""
+    from polygraphy.backend.trt import EngineFromBytes, TrtRunner
+
+    engine, _ = checked_engine(directory, "validate --backend trt")
+    return TrtRunner(EngineFromBytes(engine), name=name)
+
+
+class EngineTimer:
+    """Times one engine at one batch size with CUDA events around ``execute_async_v3``.
+
+    Input and output buffers are torch CUDA tensors bound once; the enqueue is captured into
+    a CUDA graph when TensorRT allows it (TensorRT's documented pattern: one enqueue first,
+    then capture), else launched directly. ``cuda_graph`` says which was timed.
+    """
+
+    def __init__(self, engine_bytes: bytes, input_name: str):
+        import tensorrt as trt
+        import torch
+
+        self._torch = torch
+        self.runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
+        self.engine = self.runtime.deserialize_cuda_engine(engine_bytes)
+        if self.engine is None:
+            raise DeploytkError("TensorRT could not deserialize the engine (see its log above).",
+                                hint="Rebuild it with `deploytk build DIR` on this machine.")
+        self.context = self.engine.create_execution_context()
+        self.input_name = input_name
+        self.stream = torch.cuda.Stream()
+        self.dtypes = {trt.float32: torch.float32, trt.float16: torch.float16, trt.bfloat16: torch.bfloat16,
+                       trt.int32: torch.int32, trt.int64: torch.int64}
+        self.is_input = {name: self.engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
+                         for name in (self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors))}
+        self.graph = None
+        self.cuda_graph = False
+
+    def prepare(self, batch: int, image_shape: tuple[int, int, int]) -> None:
+        torch = self._torch
+        self.context.set_input_shape(self.input_name, (batch, *image_shape))
+        self.buffers = {}
+        for name, is_input in self.is_input.items():
+            shape = tuple(self.context.get_tensor_shape(name))
+            dtype = self.dtypes[self.engine.get_tensor_dtype(name)]
+            t = torch.randn(shape, device="cuda").to(dtype) if is_input else torch.empty(shape, dtype=dtype, device="cuda")
+            self.buffers[name] = t
+            self.context.set_tensor_address(name, t.data_ptr())
+        self._enqueue()  # also lets TensorRT finish deferred work before a capture
+        self.stream.synchronize()
+        self.graph, self.cuda_graph = None, False
+        try:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=self.stream):
+                self._enqueue()
+            self.graph, self.cuda_graph = graph, True
+        except Exception:  # some plugins/layers cannot be captured: time the plain enqueue
+            torch.cuda.synchronize()
+
+    def _enqueue(self) -> None:
+        if not self.context.execute_async_v3(self.stream.cuda_stream):
+            raise DeploytkError("TensorRT's execute_async_v3 failed (see its log above).")
+
+    def time_once(self) -> float:
+        """Seconds of one inference on the GPU (CUDA events on the engine's stream)."""
+        torch = self._torch
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        with torch.cuda.stream(self.stream):
+            start.record(self.stream)
+            if self.graph is not None:
+                self.graph.replay()
+            else:
+                self._enqueue()
+            end.record(self.stream)
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3

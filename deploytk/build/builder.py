@@ -21,7 +21,7 @@ from pathlib import Path
 import onnx
 from onnx import helper
 
-from deploytk.build.engine_manifest import ENGINE_FILE, ENGINE_MANIFEST_FILE, engine_manifest
+from deploytk.build.engine_manifest import BASELINE_ENGINE_FILE, ENGINE_FILE, ENGINE_MANIFEST_FILE, engine_manifest
 from deploytk.build.graph import prepare_for_build
 from deploytk.build.options import BuildOptions
 from deploytk.errors import DeploytkError
@@ -47,7 +47,7 @@ def _force_aot(model: onnx.ModelProto, plugin_ops: list[str]) -> None:
 
 
 def build_engine(directory: Path, options: BuildOptions, step=lambda message: None) -> dict:
-    """Build DIR/model.engine and DIR/engine.json (written only once the engine exists)."""
+    """Build DIR/model.engine (+ DIR/baseline.engine) and DIR/engine.json, written only once the engines exist."""
     from deploytk.backends.trt import require_tensorrt
 
     directory = require_artifact_dir(Path(directory))
@@ -64,18 +64,39 @@ def build_engine(directory: Path, options: BuildOptions, step=lambda message: No
     _force_aot(model, plugin_ops)
 
     logger = trt.Logger(trt.Logger.WARNING)
+    shape = manifest["inputs"][0]["shape"]
+    serialized, seconds = _build(trt, logger, model, options, shape, directory / MODEL_FILE, step, "merged model")
+    baseline = None
+    if options.baseline:
+        from deploytk.profile.baseline import baseline_onnx
+
+        step("exporting the unmerged baseline (same weights and precision)")
+        dense_path = baseline_onnx(directory, manifest)
+        dense_bytes, dense_seconds = _build(trt, logger, onnx.load(str(dense_path)), options, shape, dense_path, step, "baseline")
+        baseline = {"file": BASELINE_ENGINE_FILE, "onnx_sha256": sha256_file(dense_path), "build_seconds": round(dense_seconds, 1)}
+        _write_atomically(directory / BASELINE_ENGINE_FILE, dense_bytes)
+    record = engine_manifest(onnx_sha256=sha256_file(directory / MODEL_FILE), tensorrt=trt.__version__, gpu=gpu,
+                             compute_capability=capability, options=options, plugin_ops=plugin_ops,
+                             build_seconds=seconds, created=now_utc(), baseline=baseline)
+    _write_atomically(directory / ENGINE_FILE, serialized)
+    _write_atomically(directory / ENGINE_MANIFEST_FILE, (json.dumps(record, indent=2) + "\n").encode())
+    return record
+
+
+def _build(trt, logger, model: onnx.ModelProto, options: BuildOptions, input_shape, source: Path, step, what: str):
+    """Parse ``model`` into a strongly typed network and build it: (serialized engine, seconds)."""
     builder = trt.Builder(logger)
     network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
     parser = trt.OnnxParser(network, logger)
-    step("parsing the ONNX")
+    step(f"parsing the ONNX ({what})")
     if not parser.parse(model.SerializeToString()):
         errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
-        raise DeploytkError(f"TensorRT's ONNX parser rejected {directory / MODEL_FILE}: {errors}",
+        raise DeploytkError(f"TensorRT's ONNX parser rejected {source}: {errors}",
                             hint="Try --merge-impl native / --attention-impl native to isolate a plugin problem.")
 
     config = builder.create_builder_config()
     config.builder_optimization_level = options.opt_level
-    _, channels, height, width = manifest["inputs"][0]["shape"]
+    _, channels, height, width = input_shape
     lo, opt, hi = options.batch
     profile = builder.create_optimization_profile()
     profile.set_shape(INPUT_NAME, (lo, channels, height, width), (opt, channels, height, width), (hi, channels, height, width))
@@ -85,21 +106,16 @@ def build_engine(directory: Path, options: BuildOptions, step=lambda message: No
     config.set_timing_cache(cache, ignore_mismatch=False)
     config.progress_monitor = _progress_monitor(trt, step)
 
-    step("building the engine (minutes)")
+    step(f"building the {what} engine (minutes)")
     t0 = time.perf_counter()
     serialized = builder.build_serialized_network(network, config)
     if serialized is None:
-        raise DeploytkError("TensorRT could not build the engine (see its log above).",
+        raise DeploytkError(f"TensorRT could not build the {what} engine (see its log above).",
                             hint="Try a smaller --batch max, --opt-level 2, or the native paths.")
     seconds = time.perf_counter() - t0
     if cache_path:
         cache_path.write_bytes(memoryview(config.get_timing_cache().serialize()))
-    record = engine_manifest(onnx_sha256=sha256_file(directory / MODEL_FILE), tensorrt=trt.__version__, gpu=gpu,
-                             compute_capability=capability, options=options, plugin_ops=plugin_ops,
-                             build_seconds=seconds, created=now_utc())
-    _write_atomically(directory / ENGINE_FILE, bytes(serialized))
-    _write_atomically(directory / ENGINE_MANIFEST_FILE, (json.dumps(record, indent=2) + "\n").encode())
-    return record
+    return bytes(serialized), seconds
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

@@ -14,11 +14,14 @@ from deploytk.build.options import BuildOptions
 from deploytk.errors import DeploytkError
 
 ENGINE_FILE = "model.engine"
+#: the unmerged model (same weights and precision) built with the same options: profile's baseline
+BASELINE_ENGINE_FILE = "baseline.engine"
 ENGINE_MANIFEST_FILE = "engine.json"
 
 
 def engine_manifest(*, onnx_sha256: str, tensorrt: str, gpu: str, compute_capability: str, options: BuildOptions,
-                    plugin_ops: list[str], build_seconds: float, created: str) -> dict:
+                    plugin_ops: list[str], build_seconds: float, created: str, baseline: dict | None = None) -> dict:
+    """``baseline``: {"file", "onnx_sha256", "build_seconds"} of the baseline engine, None if not built."""
     return {
         "format": "deploytk-engine/1",
         "created": created,
@@ -29,6 +32,7 @@ def engine_manifest(*, onnx_sha256: str, tensorrt: str, gpu: str, compute_capabi
         "build": options.model_dump(mode="json"),
         "plugin_ops": plugin_ops,
         "build_seconds": round(build_seconds, 1),
+        "baseline": baseline,
     }
 
 

@@ -18,7 +18,8 @@ class BuildOptions(BaseModel):
     ``merge_impl``: ``plugin`` runs ToMeMatch/TokenAggregate as deploytk's AOT plugins;
     ``native`` lets TensorRT inline their standard-op function bodies. ``attention_impl``:
     ``plugin`` = deploytk's ProportionalAttention kernel; ``native`` = TensorRT's fused
-    attention (the ONNX ``Attention`` op with log(size) as additive mask).
+    attention (the ONNX ``Attention`` op with log(size) as additive mask). ``baseline``: also
+    build the unmerged model with the same options, the reference of `profile --backend trt`.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -28,6 +29,7 @@ class BuildOptions(BaseModel):
     attention_impl: Impl = "plugin"
     opt_level: int = 3
     timing_cache: str | None = None
+    baseline: bool = True
 
     @field_validator("batch")
     @classmethod

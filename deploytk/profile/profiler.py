@@ -1,12 +1,13 @@
 """`deploytk profile`: merged vs dense latency on this machine, alternating runs after warm-up.
 
 Both models see the same input, and their runs alternate, so drift in machine load hits
-both equally; the speedup is the ratio of the medians.
+both equally; the speedup is the ratio of the medians. ONNX Runtime and PyTorch are timed
+on the host clock around a synchronous run; TensorRT with CUDA events on the GPU (see
+``backends.trt.EngineTimer``).
 """
 
 from __future__ import annotations
 
-import copy
 import os
 import platform
 import time
@@ -19,12 +20,11 @@ from deploytk.config import config_from_dict
 from deploytk.errors import DeploytkError
 from deploytk.export.artifacts import MODEL_FILE, require_artifact_dir
 from deploytk.export.manifest import read_manifest
-from deploytk.export.onnx_export import INPUT_NAME, export_model
-from deploytk.merging.patch import MergedViT
+from deploytk.export.onnx_export import INPUT_NAME
 from deploytk.merging.precision import to_precision
 from deploytk.models import build_reference
+from deploytk.profile.baseline import baseline_onnx, dense_model
 
-BASELINE_DIR = ".baseline"  # dense ONNX exported from the same weights, cached per model.onnx sha256
 
 
 def latency_stats(seconds: list[float], batch_size: int) -> dict:
@@ -55,62 +55,72 @@ def device_info(backend: str) -> dict:
     return info
 
 
-def dense_onnx(directory: Path, manifest: dict, dense_model, img) -> Path:
-    """The unmerged model exported by torch.onnx from the same weights (cached in the artifact dir)."""
-    cache = directory / BASELINE_DIR / f"dense-{manifest['onnx']['sha256'][:16]}.onnx"
-    if not cache.is_file():
-        cache.parent.mkdir(exist_ok=True)
-        tmp = cache.with_suffix(".tmp")
-        export_model(dense_model, img, manifest["config"]["export"]["batch_size"], manifest["onnx"]["opset"], tmp)
-        tmp.rename(cache)
-    return cache
+def _host_timer(run, x):
+    def timed() -> float:
+        t0 = time.perf_counter()
+        run(x)
+        return time.perf_counter() - t0
+
+    return timed
 
 
-def dense_model(merged: MergedViT, precision: str):
-    """The unmerged baseline in the artifact's precision: timm's model itself in fp32; in low
-    precision the same weights without reduction or proportional attention, cast by the same rules."""
-    if precision == "fp32":
-        return merged.vit
-    return to_precision(MergedViT(copy.deepcopy(merged.vit), [0] * len(merged.vit.blocks), prop_attn=False), precision)
-
-
-def _runners(backend: str, directory: Path, manifest: dict, step):
+def _timers(backend: str, directory: Path, manifest: dict, batch_sizes: list[int], step):
+    """(merged, dense): each maps a batch size to a callable that runs once and returns seconds."""
     cfg = config_from_dict(manifest["config"], f"{directory}/manifest.json")
     precision = cfg.export.precision
+    img = tuple(manifest["model"]["img_size"])
+    if backend == "trt":
+        return _trt_timers(directory, batch_sizes, img, step)
     if backend == "ort" and precision == "bf16":
         raise DeploytkError(
             f"{directory} is a bf16 graph, and ONNX Runtime's CPU provider has no bf16 kernels: its latency cannot be measured here.",
             hint="Profile it with --backend trt or --backend ort-cuda on a GPU, or export with --precision fp16/fp32 for CPU.",
         )
+    if backend not in ("torch", "ort", "ort-cuda"):
+        raise DeploytkError(f"unknown backend {backend!r} (--backend); allowed: ort, ort-cuda, torch, trt.")
     merged = build_reference(cfg)
-    dense = dense_model(merged, precision)
-    merged = to_precision(merged, precision)
-    img = tuple(manifest["model"]["img_size"])
     if backend == "torch":
-        def torch_fn(model):
+        dense = dense_model(merged, precision)
+        merged = to_precision(merged, precision)
+
+        def torch_timer(model):
             def run(x):
                 with torch.inference_mode():
                     model(x)
-            return run
+            return lambda b: _host_timer(run, torch.randn(b, 3, *img))
 
-        return torch_fn(merged), torch_fn(dense), lambda b: torch.randn(b, 3, *img)
-    if backend in ("ort", "ort-cuda"):
-        from deploytk.backends.ort import ort_session
+        return torch_timer(merged), torch_timer(dense)
+    from deploytk.backends.ort import ort_session
 
-        step("exporting the unmerged baseline (cached after the first run)")
-        dense_path = dense_onnx(directory, manifest, dense, img)
-        sessions = [ort_session(directory / MODEL_FILE, backend, spinning=False), ort_session(dense_path, backend, spinning=False)]
+    step("exporting the unmerged baseline (cached after the first run)")
+    dense_path = baseline_onnx(directory, manifest, merged)
+    sessions = [ort_session(directory / MODEL_FILE, backend, spinning=False), ort_session(dense_path, backend, spinning=False)]
 
-        def ort_fn(session):
-            return lambda x: session.run(None, {INPUT_NAME: x})
+    def ort_timer(session):
+        def run(x):
+            session.run(None, {INPUT_NAME: x})
+        return lambda b: _host_timer(run, np.random.default_rng(0).standard_normal((b, 3, *img), dtype=np.float32))
 
-        return ort_fn(sessions[0]), ort_fn(sessions[1]), lambda b: np.random.default_rng(0).standard_normal((b, 3, *img), dtype=np.float32)
-    if backend == "trt":
-        from deploytk.backends.trt import require_tensorrt
+    return ort_timer(sessions[0]), ort_timer(sessions[1])
 
-        require_tensorrt("profile --backend trt")
-        raise DeploytkError("profile --backend trt: TensorRT engines are not built by this version yet.")
-    raise DeploytkError(f"unknown backend {backend!r} (--backend); allowed: ort, ort-cuda, torch, trt.")
+
+def _trt_timers(directory: Path, batch_sizes: list[int], img, step):
+    """CUDA-event timers of the merged engine and the baseline engine built with it."""
+    from deploytk.backends.trt import EngineTimer, check_batch_sizes, checked_engine
+
+    merged_bytes, engine_manifest = checked_engine(directory, "profile --backend trt")
+    check_batch_sizes(engine_manifest, batch_sizes, "profile --backend trt")
+    dense_bytes, _ = checked_engine(directory, "profile --backend trt", baseline=True)
+    step("loading the TensorRT engines")
+    engines = EngineTimer(merged_bytes, INPUT_NAME), EngineTimer(dense_bytes, INPUT_NAME)
+
+    def trt_timer(engine):
+        def for_batch(b):
+            engine.prepare(b, (3, *img))
+            return engine.time_once
+        return for_batch
+
+    return trt_timer(engines[0]), trt_timer(engines[1])
 
 
 def profile(directory: Path, backend: str, batch_sizes: list[int], warmup: int, iterations: int, step=lambda m: None) -> dict:
@@ -120,24 +130,19 @@ def profile(directory: Path, backend: str, batch_sizes: list[int], warmup: int, 
         raise DeploytkError("--warmup must be >= 0 and --iterations >= 1.")
     directory = require_artifact_dir(directory)
     manifest = read_manifest(directory)
-    run_merged, run_dense, make_input = _runners(backend, directory, manifest, step)
+    merged_timer, dense_timer = _timers(backend, directory, manifest, batch_sizes, step)
     results = []
     for b in batch_sizes:
-        x = make_input(b)
+        run_merged, run_dense = merged_timer(b), dense_timer(b)
         step(f"batch {b}: warm-up")
         for _ in range(warmup):
-            run_merged(x)
-            run_dense(x)
+            run_merged()
+            run_dense()
         merged_t, dense_t = [], []
         step(f"batch {b}: {iterations} alternating iterations")
         for _ in range(iterations):
-            t0 = time.perf_counter()
-            run_merged(x)
-            t1 = time.perf_counter()
-            run_dense(x)
-            t2 = time.perf_counter()
-            merged_t.append(t1 - t0)
-            dense_t.append(t2 - t1)
+            merged_t.append(run_merged())
+            dense_t.append(run_dense())
         merged_s, dense_s = latency_stats(merged_t, b), latency_stats(dense_t, b)
         results.append(
             {
@@ -156,6 +161,8 @@ def profile(directory: Path, backend: str, batch_sizes: list[int], warmup: int, 
         "gflops": manifest["gflops"],
         "dense_gflops": manifest["dense_gflops"],
         "device": device_info(backend),
+        "timing": "CUDA events around execute_async_v3 (CUDA graph when capturable)" if backend == "trt"
+        else "host clock around a synchronous run",
         "warmup": warmup,
         "iterations": iterations,
         "results": results,

@@ -90,10 +90,9 @@ def _backend_runner(backend: str, directory: Path, model_bytes: bytes | None = N
         model = model_bytes if model_bytes is not None else directory / MODEL_FILE
         return OnnxrtRunner(lambda: ort_session(model, backend), name=f"onnxruntime-{backend}")
     if backend == "trt":
-        from deploytk.backends.trt import require_tensorrt
+        from deploytk.backends.trt import polygraphy_runner
 
-        require_tensorrt("validate --backend trt")
-        raise DeploytkError("validate --backend trt: TensorRT engines are not built by this version yet (see `deploytk build`).")
+        return polygraphy_runner(directory)
     raise DeploytkError(f"unknown backend {backend!r} (--backend); allowed: ort, ort-cuda, trt.")
 
 
@@ -129,6 +128,11 @@ def validate(directory: Path, backend: str, batches: list[np.ndarray] | None, to
     directory = require_artifact_dir(directory)
     manifest = read_manifest(directory)
     cfg = config_from_dict(manifest["config"], f"{directory}/manifest.json")
+    if backend == "trt":
+        from deploytk.backends.trt import check_batch_sizes, checked_engine
+
+        _, engine_manifest = checked_engine(directory, "validate --backend trt")  # refuse a stale engine before any work
+        check_batch_sizes(engine_manifest, sorted({len(b) for b in batches}) if batches else [8], "validate --backend trt")
     step("rebuilding the PyTorch reference from the manifest")
     reference = build_reference(cfg)
     img = tuple(manifest["model"]["img_size"])

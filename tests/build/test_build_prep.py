@@ -80,8 +80,9 @@ def _manifest(**over):
 
 def test_engine_manifest_records_the_build():
     m = _manifest()
-    assert m["build"] == {"batch": [1, 8, 64], "merge_impl": "plugin", "attention_impl": "plugin", "opt_level": 3, "timing_cache": None}
-    assert m["build_seconds"] == 12.3 and m["format"] == "deploytk-engine/1"
+    assert m["build"] == {"batch": [1, 8, 64], "merge_impl": "plugin", "attention_impl": "plugin", "opt_level": 3,
+                          "timing_cache": None, "baseline": True}
+    assert m["build_seconds"] == 12.3 and m["format"] == "deploytk-engine/1" and m["baseline"] is None
     check_engine(m, onnx_sha256="a" * 64, tensorrt="10.13.0", compute_capability="9.0", gpu="NVIDIA H200")  # matches: no error
 
 
@@ -92,3 +93,13 @@ def test_mismatched_engine_is_refused_with_every_reason():
     assert "different model.onnx" in text and "TensorRT 10.13.0, this is TensorRT 11.0.0" in text
     assert "built for NVIDIA H200 (compute capability 9.0), this GPU is NVIDIA L4 (8.9)" in text
     assert "deploytk build" in (err.value.hint or "")
+
+
+def test_batch_sizes_outside_the_engine_profile_are_refused_with_a_rebuild_command():
+    from deploytk.backends.trt import check_batch_sizes
+
+    m = _manifest(options=BuildOptions(batch=(2, 8, 32)))
+    check_batch_sizes(m, [2, 8, 32], "profile --backend trt")  # inside: no error
+    with pytest.raises(DeploytkError, match=r"batch size\(s\) 1, 64 outside the engine's optimization profile 2\.\.32") as err:
+        check_batch_sizes(m, [1, 8, 64], "profile --backend trt")
+    assert "deploytk build DIR --batch 1,8,64" in err.value.hint
