@@ -194,11 +194,16 @@ def digit_images(tmp_path_factory):
     return folder_batches(root / "val", 64, 8, create_vit(cfg))
 
 
-@pytest.mark.parametrize("precision", ["fp16", "bf16"])
-def test_trained_model_tome_in_low_precision_validates_against_fp32(precision, digit_images, tmp_path):
-    """Acceptance: fp16 top-1 agreement >= 99 % and cosine >= 0.999 on 64 real images (bf16: emulated on CPU)."""
+@pytest.mark.parametrize("precision,r", [("fp16", 4), ("fp16", 16), ("bf16", 4)])
+def test_trained_model_tome_in_low_precision_validates_against_fp32(precision, r, digit_images, tmp_path):
+    """Acceptance: fp16 top-1 agreement >= 99 % and cosine >= 0.999 on 64 real images (bf16: emulated on CPU).
+
+    r=16 is the issue's schedule; on 65 tokens ToMe's cap makes it 16,16,16,8,4,2,1,0,...
+    """
+    from deploytk.config import apply_overrides
+
     cfg = load_config(ROOT / "export_configs" / f"digits_vit_tome_r4_{precision}.yaml")
-    cfg = cfg.model_copy(update={"checkpoint": str(ROOT / cfg.checkpoint)})
+    cfg = apply_overrides(cfg, checkpoint=str(ROOT / cfg.checkpoint), r=r)
     manifest = run_export(cfg, tmp_path / "art")
     assert manifest["onnx"]["precision"] == precision
     report = validate(tmp_path / "art", "ort", digit_images, Tolerances.for_precision(precision))
