@@ -73,7 +73,7 @@ def checked_engine(directory: Path, what: str, baseline: bool = False) -> tuple[
 
 
 def polygraphy_runner(directory: Path, name: str = "tensorrt"):
-    """Polygraphy's TrtRunner over the checked engine (outputs come back as NumPy arrays)."""
+    """Polygraphy's TrtRunner over the checked engine (deploytk graphs have fp32 I/O, so NumPy feeds work in every precision)."""
     from polygraphy.backend.trt import EngineFromBytes, TrtRunner
 
     engine, _ = checked_engine(directory, "validate --backend trt")
@@ -110,20 +110,25 @@ class EngineTimer:
 
     def prepare(self, batch: int, image_shape: tuple[int, int, int]) -> None:
         torch = self._torch
-        self.context.set_input_shape(self.input_name, (batch, *image_shape))
+        if not self.context.set_input_shape(self.input_name, (batch, *image_shape)):
+            raise DeploytkError(f"TensorRT refused input shape {(batch, *image_shape)} (outside the engine's optimization profile?).")
         self.buffers = {}
         for name, is_input in self.is_input.items():
             shape = tuple(self.context.get_tensor_shape(name))
-            dtype = self.dtypes[self.engine.get_tensor_dtype(name)]
+            dtype = self.dtypes.get(self.engine.get_tensor_dtype(name))
+            if dtype is None or -1 in shape:
+                raise DeploytkError(f"engine tensor {name!r} ({self.engine.get_tensor_dtype(name)}, shape {shape}) is not a deploytk "
+                                    "graph's: expected fp32/fp16/bf16/int tensors with static shapes once the batch is set.")
             t = torch.randn(shape, device="cuda").to(dtype) if is_input else torch.empty(shape, dtype=dtype, device="cuda")
             self.buffers[name] = t
             self.context.set_tensor_address(name, t.data_ptr())
+        self.stream.wait_stream(torch.cuda.current_stream())  # the inputs were written on the current stream
         self._enqueue()  # also lets TensorRT finish deferred work before a capture
         self.stream.synchronize()
         self.graph, self.cuda_graph = None, False
         try:
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, stream=self.stream):
+            with torch.cuda.graph(graph, stream=self.stream, capture_error_mode="thread_local"):  # as trtexec captures
                 self._enqueue()
             self.graph, self.cuda_graph = graph, True
         except Exception:  # some plugins/layers cannot be captured: time the plain enqueue

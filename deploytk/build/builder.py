@@ -42,7 +42,8 @@ def gpu_identity() -> tuple[str, str]:
 
 def _force_aot(model: onnx.ModelProto, plugin_ops: list[str]) -> None:
     for node in model.graph.node:
-        if node.op_type in plugin_ops and any(a.name == "plugin_namespace" for a in node.attribute):
+        names = {a.name for a in node.attribute}
+        if node.op_type in plugin_ops and "plugin_namespace" in names and "aot" not in names:
             node.attribute.append(helper.make_attribute("aot", 1))
 
 
