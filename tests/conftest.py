@@ -27,6 +27,25 @@ def seeded_images(n: int, img: int = 224, seed: int = 0) -> torch.Tensor:
     return torch.from_numpy(np.random.default_rng(seed).standard_normal((n, 3, img, img)).astype(np.float32))
 
 
+def digits_config(stem: str, **overrides):
+    """A config of export_configs/ with its checkpoint path made absolute (tests may run from anywhere)."""
+    from pathlib import Path
+
+    from deploytk.config import apply_overrides, load_config
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = load_config(root / "export_configs" / f"{stem}.yaml")
+    return apply_overrides(cfg, checkpoint=str(root / cfg.checkpoint) if cfg.checkpoint else None, **overrides)
+
+
+def export_config(stem: str, out, **overrides):
+    """Export export_configs/<stem>.yaml (with overrides) to ``out`` and return ``out``."""
+    from deploytk.export.pipeline import run_export
+
+    run_export(digits_config(stem, **overrides), out)
+    return out
+
+
 def has_gpu() -> bool:
     return torch.cuda.is_available()
 

@@ -7,25 +7,19 @@ and with the native paths.
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 
-from deploytk.config import load_config
+from conftest import export_config
+
 from deploytk.errors import DeploytkError
-from deploytk.export.pipeline import run_export
 
 pytestmark = [pytest.mark.trt, pytest.mark.gpu]
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def digits_fp16(tmp_path_factory):
-    cfg = load_config(ROOT / "export_configs" / "digits_vit_tome_r4_fp16.yaml")
-    cfg = cfg.model_copy(update={"checkpoint": str(ROOT / cfg.checkpoint)})
-    out = tmp_path_factory.mktemp("trt") / "digits_fp16"
-    run_export(cfg, out)
-    return out
+    return export_config("digits_vit_tome_r4_fp16", tmp_path_factory.mktemp("trt") / "digits_fp16")
 
 
 @pytest.mark.parametrize("merge_impl,attention_impl", [("plugin", "plugin"), ("native", "native")])

@@ -13,6 +13,7 @@ import onnxruntime as ort
 import pytest
 import timm
 import torch
+from conftest import digits_config
 from onnx import TensorProto, helper, numpy_helper
 
 from deploytk.backends.bf16_emulation import emulate_bf16, has_bf16
@@ -22,7 +23,7 @@ from deploytk.export.onnx_export import export_model
 from deploytk.export.pipeline import run_export
 from deploytk.merging.patch import MergedViT
 from deploytk.merging.precision import Fp32Module, to_precision
-from deploytk.validate.validator import Tolerances, compare_outputs, validate
+from deploytk.validate.validator import Tolerances, validate
 
 ROOT = Path(__file__).resolve().parents[2]
 LOW = {"fp16": (torch.float16, TensorProto.FLOAT16), "bf16": (torch.bfloat16, TensorProto.BFLOAT16)}
@@ -200,11 +201,7 @@ def test_trained_model_tome_in_low_precision_validates_against_fp32(precision, r
 
     r=16 is the issue's schedule; on 65 tokens ToMe's cap makes it 16,16,16,8,4,2,1,0,...
     """
-    from deploytk.config import apply_overrides
-
-    cfg = load_config(ROOT / "export_configs" / f"digits_vit_tome_r4_{precision}.yaml")
-    cfg = apply_overrides(cfg, checkpoint=str(ROOT / cfg.checkpoint), r=r)
-    manifest = run_export(cfg, tmp_path / "art")
+    manifest = run_export(digits_config(f"digits_vit_tome_r4_{precision}", r=r), tmp_path / "art")
     assert manifest["onnx"]["precision"] == precision
     report = validate(tmp_path / "art", "ort", digit_images, Tolerances.for_precision(precision))
     assert report.passed, report.checks
@@ -222,10 +219,7 @@ def test_trained_model_tome_in_low_precision_validates_against_fp32(precision, r
 
 @pytest.mark.parametrize("config", ["digits_vit_mctf_r4", "digits_vit_atm_calibrated", "digits_vit_evit_k70", "digits_vit_crucial_k70"])
 def test_every_method_exports_fp16_and_validates_on_real_images(config, digit_images, tmp_path):
-    cfg = load_config(ROOT / "export_configs" / f"{config}.yaml")
-    cfg = cfg.model_copy(update={"checkpoint": str(ROOT / cfg.checkpoint)})
-    low = cfg.model_copy(update={"export": cfg.export.model_copy(update={"precision": "fp16"})})
-    manifest = run_export(low, tmp_path / "art")
+    manifest = run_export(digits_config(config, precision="fp16"), tmp_path / "art")
     assert manifest["custom_ops"]
     report = validate(tmp_path / "art", "ort", digit_images[:4], Tolerances.for_precision("fp16"))
     assert report.passed and report.cosine_similarity_min > 0.999 and report.max_abs_diff > 1e-5, report.to_dict()

@@ -4,29 +4,20 @@ Uses the trained digits ViT (small, fast) with MCTF r=4.
 """
 
 import json
-from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
-import torch
+from conftest import export_config
 
-from deploytk.config import load_config
 from deploytk.export.manifest import sha256_file
-from deploytk.export.pipeline import run_export
 from deploytk.validate.branches import _run_reference, probed_model
 from deploytk.validate.validator import Tolerances, failing_images, validate
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def digits_mctf(tmp_path_factory):
-    cfg = load_config(ROOT / "export_configs" / "digits_vit_mctf_r4.yaml")
-    cfg = cfg.model_copy(update={"checkpoint": str(ROOT / cfg.checkpoint)})
-    out = tmp_path_factory.mktemp("art") / "digits_mctf"
-    run_export(cfg, out)
-    return out
+    return export_config("digits_vit_mctf_r4", tmp_path_factory.mktemp("art") / "digits_mctf")
 
 
 def _digit_batches(n=32, batch=8):
