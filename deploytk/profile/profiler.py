@@ -26,7 +26,6 @@ from deploytk.models import build_reference
 from deploytk.profile.baseline import baseline_onnx, dense_model
 
 
-
 def latency_stats(seconds: list[float], batch_size: int) -> dict:
     ms = np.asarray(seconds) * 1e3
     p50 = float(np.percentile(ms, 50))
@@ -87,7 +86,7 @@ def _timers(backend: str, directory: Path, manifest: dict, batch_sizes: list[int
             def run(x):
                 with torch.inference_mode():
                     model(x)
-            return lambda b: _host_timer(run, torch.randn(b, 3, *img))
+            return lambda b: _host_timer(run, torch.randn(b, 3, *img, generator=torch.Generator().manual_seed(0)))
 
         return torch_timer(merged), torch_timer(dense)
     from deploytk.backends.ort import ort_session
