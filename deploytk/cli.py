@@ -418,7 +418,8 @@ def eval_accuracy(
         table.add_column(col, justify="right" if col != "model" else "left")
     table.add_row("dense (timm, unmerged)", f"{100 * report['dense']['top1']:.2f}%", f"{100 * report['dense']['top5']:.2f}%", f"{report['dense_gflops']:.4f}")
     table.add_row("reference (PyTorch, merged)", f"{100 * report['reference']['top1']:.2f}%", f"{100 * report['reference']['top5']:.2f}%", f"{report['gflops']:.4f}")
-    table.add_row("ONNX Runtime (merged)", f"{100 * report['ort']['top1']:.2f}%", f"{100 * report['ort']['top5']:.2f}%", f"{report['gflops']:.4f}")
+    low = report["precision"] + (" emulated" if report["ort_emulation"] else "") if report["precision"] != "fp32" else ""
+    table.add_row(f"ONNX Runtime (merged{', ' + low if low else ''})", f"{100 * report['ort']['top1']:.2f}%", f"{100 * report['ort']['top5']:.2f}%", f"{report['gflops']:.4f}")
     out_console.print(table)
     out_console.print(
         f"ORT vs reference top-1 agreement: {100 * report['agreement']:.2f}%   "

@@ -240,7 +240,15 @@ def evaluate(
                 onnx_path = out / MODEL_FILE
             else:
                 onnx_path = Path(artifacts) / MODEL_FILE
-            session = ort_session(onnx_path)
+            emulation = None
+            if cfg.export.precision == "bf16":  # ONNX Runtime's CPU provider has no bf16 kernels
+                import onnx
+
+                from deploytk.backends.bf16_emulation import EMULATION_NOTE, emulate_bf16
+
+                session, emulation = ort_session(emulate_bf16(onnx.load(str(onnx_path))).SerializeToString()), EMULATION_NOTE
+            else:
+                session = ort_session(onnx_path)
             starts = range(0, len(files), batch_size)
             set_total(len(starts), f"evaluating {len(files)} images")
             with torch.inference_mode():
@@ -276,6 +284,8 @@ def evaluate(
         "r": cfg.merge.model_dump(mode="json")["r"],
         "prop_attn": cfg.merge.prop_attn,
         "merge": cfg.merge.model_dump(mode="json"),
+        "precision": cfg.export.precision,
+        "ort_emulation": emulation,
         "img_size": list(img),
         "data": str(folder.root),
         "num_images": n,

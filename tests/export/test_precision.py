@@ -183,16 +183,30 @@ def test_precision_override_and_unknown_precision_is_rejected_with_the_allowed_v
 
 
 @pytest.fixture(scope="module")
-def digit_images(tmp_path_factory):
-    """64 validation digits (8 batches of 8) through the model's eval transform."""
-    from deploytk.data import folder_batches
+def digits_root(tmp_path_factory):
     from deploytk.evaluate.digits import write_digits_imagefolder
-    from deploytk.models import create_vit
 
     root = tmp_path_factory.mktemp("digits") / "digits"
     write_digits_imagefolder(root, img_size=32)
+    return root
+
+
+@pytest.fixture(scope="module")
+def digit_images(digits_root):
+    """64 validation digits (8 batches of 8) through the model's eval transform."""
+    from deploytk.data import folder_batches
+    from deploytk.models import create_vit
+
     cfg = load_config(ROOT / "export_configs" / "digits_vit_tome_r4.yaml")
-    return folder_batches(root / "val", 64, 8, create_vit(cfg))
+    return folder_batches(digits_root / "val", 64, 8, create_vit(cfg))
+
+
+def test_eval_of_a_bf16_config_runs_ort_emulated_and_says_so(digits_root):
+    from deploytk.evaluate.accuracy import evaluate
+
+    report = evaluate(digits_config("digits_vit_tome_r4_bf16"), digits_root / "val", batch_size=16, limit=32)
+    assert report["precision"] == "bf16" and "emulated" in report["ort_emulation"]
+    assert report["num_images"] == 32 and report["agreement"] >= 0.95 and report["ort"]["top1"] > 0.8
 
 
 @pytest.mark.parametrize("precision,r", [("fp16", 4), ("fp16", 16), ("bf16", 4)])
