@@ -22,15 +22,8 @@ BF16 = TensorProto.BFLOAT16
 FLOAT = TensorProto.FLOAT
 
 
-def has_bf16(model: onnx.ModelProto) -> bool:
-    return any(init.data_type == BF16 for init in model.graph.initializer) or any(
-        a.name == "to" and a.i == BF16 for n in model.graph.node for a in n.attribute
-    )
-
-
 def _to_fp32(tensor: TensorProto) -> TensorProto:
-    out = numpy_helper.from_array(numpy_helper.to_array(tensor).astype(np.float32), tensor.name)
-    return out
+    return numpy_helper.from_array(numpy_helper.to_array(tensor).astype(np.float32), tensor.name)
 
 
 def _rounding(name: str, raw: str) -> list[onnx.NodeProto]:
@@ -56,16 +49,12 @@ def emulate_bf16(model: onnx.ModelProto) -> onnx.ModelProto:
             graph.initializer[i].CopyFrom(_to_fp32(init))
     nodes: list[onnx.NodeProto] = []
     for node in graph.node:
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+        if node.op_type in ("Constant", "ConstantOfShape") and node.domain in ("", "ai.onnx"):
             for attr in node.attribute:
                 if attr.name == "value" and attr.t.data_type == BF16:
-                    attr.t.CopyFrom(_to_fp32(attr.t))
+                    attr.t.CopyFrom(_to_fp32(attr.t))  # bf16 values are exact in fp32: no rounding needed
             nodes.append(node)
             continue
-        if node.op_type == "ConstantOfShape":
-            for attr in node.attribute:
-                if attr.name == "value" and attr.t.data_type == BF16:
-                    attr.t.CopyFrom(_to_fp32(attr.t))
         rounded = [o for o in node.output if o in bf16_values]
         for o in rounded:
             node.output[list(node.output).index(o)] = f"{o}__fp32"

@@ -48,13 +48,10 @@ def check_batch_sizes(engine_manifest: dict, batch_sizes: list[int], what: str) 
         )
 
 
-def checked_engine(directory: Path, what: str, baseline: bool = False) -> tuple[bytes, dict]:
-    """(serialized engine, engine.json) after checking it was built from this ONNX, with this TensorRT, for this GPU.
-
-    ``baseline``: the unmerged engine built alongside (``deploytk build`` without ``--no-baseline``).
-    """
+def checked_engine_manifest(directory: Path, what: str) -> dict:
+    """engine.json after checking the engines were built from this ONNX, with this TensorRT, for this GPU."""
     from deploytk.build.builder import gpu_identity
-    from deploytk.build.engine_manifest import BASELINE_ENGINE_FILE, ENGINE_FILE, check_engine, read_engine_manifest
+    from deploytk.build.engine_manifest import check_engine, read_engine_manifest
     from deploytk.export.artifacts import MODEL_FILE
     from deploytk.export.manifest import sha256_file
 
@@ -65,18 +62,24 @@ def checked_engine(directory: Path, what: str, baseline: bool = False) -> tuple[
     gpu, capability = gpu_identity()
     check_engine(manifest, onnx_sha256=sha256_file(Path(directory) / MODEL_FILE), tensorrt=trt.__version__,
                  compute_capability=capability, gpu=gpu)
+    return manifest
+
+
+def read_engine(directory: Path, what: str, baseline: bool = False) -> bytes:
+    """The serialized engine (``baseline``: the unmerged one built alongside unless --no-baseline)."""
+    from deploytk.build.engine_manifest import BASELINE_ENGINE_FILE, ENGINE_FILE
+
     path = Path(directory) / (BASELINE_ENGINE_FILE if baseline else ENGINE_FILE)
     if not path.is_file():
         raise DeploytkError(f"{what}: {path} is missing (the engine was built with --no-baseline).",
                             hint=f"Rebuild without --no-baseline: `deploytk build {directory}`.")
-    return path.read_bytes(), manifest
+    return path.read_bytes()
 
 
-def polygraphy_runner(directory: Path, name: str = "tensorrt"):
-    """Polygraphy's TrtRunner over the checked engine (deploytk graphs have fp32 I/O, so NumPy feeds work in every precision)."""
+def polygraphy_runner(engine: bytes, name: str = "tensorrt"):
+    """Polygraphy's TrtRunner over a (checked) engine (deploytk graphs have fp32 I/O, so NumPy feeds work in every precision)."""
     from polygraphy.backend.trt import EngineFromBytes, TrtRunner
 
-    engine, _ = checked_engine(directory, "validate --backend trt")
     return TrtRunner(EngineFromBytes(engine), name=name)
 
 

@@ -105,13 +105,12 @@ def _timers(backend: str, directory: Path, manifest: dict, batch_sizes: list[int
 
 def _trt_timers(directory: Path, batch_sizes: list[int], img, step):
     """CUDA-event timers of the merged engine and the baseline engine built with it."""
-    from deploytk.backends.trt import EngineTimer, check_batch_sizes, checked_engine
+    from deploytk.backends.trt import EngineTimer, check_batch_sizes, checked_engine_manifest, read_engine
 
-    merged_bytes, engine_manifest = checked_engine(directory, "profile --backend trt")
-    check_batch_sizes(engine_manifest, batch_sizes, "profile --backend trt")
-    dense_bytes, _ = checked_engine(directory, "profile --backend trt", baseline=True)
+    what = "profile --backend trt"
+    check_batch_sizes(checked_engine_manifest(directory, what), batch_sizes, what)
     step("loading the TensorRT engines")
-    engines = EngineTimer(merged_bytes, INPUT_NAME), EngineTimer(dense_bytes, INPUT_NAME)
+    engines = [EngineTimer(read_engine(directory, what, baseline), INPUT_NAME) for baseline in (False, True)]
 
     def trt_timer(engine):
         def for_batch(b):

@@ -81,7 +81,7 @@ class ValidationReport:
 
 
 def _backend_runner(backend: str, directory: Path, model_bytes: bytes | None = None):
-    """Polygraphy runner for the backend; ``model_bytes``: run this (probed) copy of the model instead."""
+    """Polygraphy runner for the backend; ``model_bytes``: run this (probed) ONNX model, or for trt this checked engine."""
     if backend in ("ort", "ort-cuda"):
         from polygraphy.backend.onnxrt import OnnxrtRunner
 
@@ -92,7 +92,7 @@ def _backend_runner(backend: str, directory: Path, model_bytes: bytes | None = N
     if backend == "trt":
         from deploytk.backends.trt import polygraphy_runner
 
-        return polygraphy_runner(directory)
+        return polygraphy_runner(model_bytes)
     raise DeploytkError(f"unknown backend {backend!r} (--backend); allowed: ort, ort-cuda, trt.")
 
 
@@ -129,10 +129,12 @@ def validate(directory: Path, backend: str, batches: list[np.ndarray] | None, to
     manifest = read_manifest(directory)
     cfg = config_from_dict(manifest["config"], f"{directory}/manifest.json")
     if backend == "trt":
-        from deploytk.backends.trt import check_batch_sizes, checked_engine
+        from deploytk.backends.trt import check_batch_sizes, checked_engine_manifest, read_engine
 
-        _, engine_manifest = checked_engine(directory, "validate --backend trt")  # refuse a stale engine before any work
-        check_batch_sizes(engine_manifest, sorted({len(b) for b in batches}) if batches else [8], "validate --backend trt")
+        what = "validate --backend trt"
+        engine_manifest = checked_engine_manifest(directory, what)  # refuse a stale engine before any work
+        check_batch_sizes(engine_manifest, sorted({len(b) for b in batches}) if batches else [8], what)
+        engine = read_engine(directory, what)
     step("rebuilding the PyTorch reference from the manifest")
     reference = build_reference(cfg)
     img = tuple(manifest["model"]["img_size"])
@@ -156,7 +158,7 @@ def validate(directory: Path, backend: str, batches: list[np.ndarray] | None, to
             step("bf16 on ONNX Runtime CPU: emulated (fp32 arithmetic, every bf16 tensor rounded to bf16)")
         model_bytes, probes = probed_model(proto)
         model_bytes = model_bytes or proto.SerializeToString()
-    runners = [TorchRunner(reference, img), _backend_runner(backend, directory, model_bytes)]
+    runners = [TorchRunner(reference, img), _backend_runner(backend, directory, engine if backend == "trt" else model_bytes)]
     step(f"running {sum(len(b) for b in batches)} images through PyTorch and {backend}")
     G_LOGGER.module_severity = G_LOGGER.ERROR
     with contextlib.redirect_stdout(sys.stderr):  # Polygraphy logs to stdout; keep it for --json
