@@ -19,6 +19,15 @@ RESULTS = ROOT / "benchmarks" / "results"
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
+def add_run_arguments(parser, *, warmup: int, iterations: int, smoke: str) -> None:
+    """The options every benchmark script takes: --dtype, --warmup, --iterations, --smoke, --output."""
+    parser.add_argument("--dtype", choices=list(DTYPES), default="fp16")
+    parser.add_argument("--warmup", type=int, default=warmup)
+    parser.add_argument("--iterations", type=int, default=iterations)
+    parser.add_argument("--smoke", action="store_true", help=smoke)
+    parser.add_argument("--output", type=Path, default=None)
+
+
 def device_facts(device: str) -> dict:
     """What the numbers were measured on (GPU name, compute capability, memory, versions)."""
     import triton

@@ -28,7 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import DTYPES, device_facts, median, time_ms, write_result  # noqa: E402
+from benchmarks.common import DTYPES, add_run_arguments, device_facts, median, time_ms, write_result  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -36,11 +36,7 @@ def parse_args(argv=None):
     p.add_argument("--models", default="vit_base_patch16_224,deit_small_patch16_224")
     p.add_argument("--r", type=int, default=16)
     p.add_argument("--batch", default="1,8,64", help="Comma-separated batch sizes.")
-    p.add_argument("--dtype", choices=list(DTYPES), default="fp16")
-    p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--iterations", type=int, default=50)
-    p.add_argument("--smoke", action="store_true", help="DeiT-Tiny, batch 1, 1 iteration on the CPU: checks the script, measures nothing.")
-    p.add_argument("--output", type=Path, default=None)
+    add_run_arguments(p, warmup=10, iterations=50, smoke="DeiT-Tiny, batch 1, 1 iteration on the CPU: checks the script, measures nothing.")
     return p.parse_args(argv)
 
 

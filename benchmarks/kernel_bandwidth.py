@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import DTYPES, device_facts, median, peak_bandwidth_gbs, time_ms, write_result  # noqa: E402
+from benchmarks.common import DTYPES, add_run_arguments, device_facts, median, peak_bandwidth_gbs, time_ms, write_result  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -32,11 +32,7 @@ def parse_args(argv=None):
     p.add_argument("--channels", type=int, default=768)
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--r", type=int, default=16)
-    p.add_argument("--dtype", choices=list(DTYPES), default="fp16")
-    p.add_argument("--warmup", type=int, default=20)
-    p.add_argument("--iterations", type=int, default=200)
-    p.add_argument("--smoke", action="store_true", help="Tiny shapes, 1 iteration, CPU under TRITON_INTERPRET=1: checks the script, measures nothing.")
-    p.add_argument("--output", type=Path, default=None)
+    add_run_arguments(p, warmup=20, iterations=200, smoke="Tiny shapes, 1 iteration, CPU under TRITON_INTERPRET=1: checks the script, measures nothing.")
     return p.parse_args(argv)
 
 
