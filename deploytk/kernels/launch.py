@@ -95,6 +95,83 @@ def proportional_attention(q, k, v, size, scale: float) -> torch.Tensor:
     return out
 
 
+def _check_tokens(name: str, tokens: int) -> None:
+    from deploytk.kernels.topk_select import MAX_TOKENS
+
+    if tokens > MAX_TOKENS:
+        raise DeploytkError(f"{name}: the kernel holds an image's tokens in registers and supports up to {MAX_TOKENS} tokens; got {tokens}.")
+
+
+def _one_program_per_image(kernel, dest, args, ints, cfg, warps: int):
+    if dest.numel():
+        kernel[(dest.shape[0],)](*[a.contiguous() for a in args], *ints, dest, num_warps=warps, **cfg)
+    return dest
+
+
+def topk_select(scores: torch.Tensor, keep: int, protected: int) -> torch.Tensor:
+    from deploytk.kernels import topk_select as k
+    from deploytk.ops.attention_select import check_select_args
+
+    check_select_args("topk_select", scores, keep, protected)
+    _check_dtype("topk_select", scores)
+    b, n = scores.shape
+    _check_tokens("topk_select", n)
+    _check_device(scores)
+    cfg = k.config(n)
+    dest = torch.empty(b, n, dtype=torch.int64, device=scores.device)
+    return _one_program_per_image(k.topk_select_kernel, dest, [scores], [n, keep, protected], cfg, k.num_warps(cfg))
+
+
+def crucial_match(metric: torch.Tensor, scores: torch.Tensor, keep: int, protected: int) -> torch.Tensor:
+    from deploytk.kernels import crucial_match as k
+    from deploytk.kernels.topk_select import num_warps
+    from deploytk.ops.attention_select import check_select_args
+
+    check_select_args("crucial_match", scores, keep, protected, metric)
+    _check_dtype("crucial_match", metric)
+    _check_dtype("crucial_match", scores)
+    b, n, d = metric.shape
+    _check_tokens("crucial_match", n)
+    _check_device(metric, scores)
+    cfg = k.config(n, d)
+    dest = torch.empty(b, n, dtype=torch.int64, device=metric.device)
+    return _one_program_per_image(k.crucial_match_kernel, dest, [metric, scores], [n, d, keep, protected], cfg, num_warps(cfg))
+
+
+def size_split_match(metric: torch.Tensor, size: torch.Tensor, r: int, protected: int) -> torch.Tensor:
+    from deploytk.kernels import size_split_match as k
+    from deploytk.kernels.topk_select import num_warps
+    from deploytk.ops.mctf_match import check_match_args
+
+    n = metric.shape[1] if metric.dim() == 3 else 0
+    check_match_args("size_split_match", metric, {"size": size}, r, protected, (n - protected) // 2)
+    _check_dtype("size_split_match", metric)
+    _check_dtype("size_split_match", size)
+    b, n, d = metric.shape
+    _check_tokens("size_split_match", n)
+    _check_device(metric, size)
+    cfg = k.config(n, d)
+    dest = torch.empty(b, n, dtype=torch.int64, device=metric.device)
+    return _one_program_per_image(k.size_split_match_kernel, dest, [metric, size], [n, d, r, protected], cfg, num_warps(cfg))
+
+
+def mctf_match(metric, received, size, r: int, protected: int, tau_sim: float, tau_info: float, tau_size: float, bidirection: bool):
+    from deploytk.kernels import mctf_match as k
+    from deploytk.ops.mctf_match import check_match_args
+
+    n = metric.shape[1] if metric.dim() == 3 else 0
+    check_match_args("mctf_match", metric, {"received": received, "size": size}, r, protected, (n - protected) // 2)
+    for t in (metric, received, size):
+        _check_dtype("mctf_match", t)
+    b, n, d = metric.shape
+    _check_tokens("mctf_match", n)
+    _check_device(metric, received, size)
+    cfg = {**k.config(n, d), "E_SIM": k.exponent(tau_sim), "E_INFO": k.exponent(tau_info), "E_SIZE": k.exponent(tau_size),
+           "BIDIRECTION": bool(bidirection)}
+    dest = torch.empty(b, n, dtype=torch.int64, device=metric.device)
+    return _one_program_per_image(k.mctf_match_kernel, dest, [metric, received, size], [n, d, r, protected], cfg, k.num_warps(cfg))
+
+
 def register_cuda_kernels() -> None:
     """Make the Triton kernels the CUDA implementation of the deploytk torch ops (a fast PyTorch GPU path)."""
 
@@ -110,5 +187,22 @@ def register_cuda_kernels() -> None:
     def _(q, k, v, size, scale):
         return proportional_attention(q, k, v, size, scale)
 
+    @torch.library.register_kernel("deploytk::topk_select", "cuda")
+    def _(scores, keep, protected):
+        return topk_select(scores, keep, protected)
 
-__all__ = ["KERNEL_DTYPES", "token_aggregate", "tome_match", "proportional_attention", "register_cuda_kernels", "interpreting"]
+    @torch.library.register_kernel("deploytk::crucial_match", "cuda")
+    def _(metric, scores, keep, protected):
+        return crucial_match(metric, scores, keep, protected)
+
+    @torch.library.register_kernel("deploytk::size_split_match", "cuda")
+    def _(metric, size, r, protected):
+        return size_split_match(metric, size, r, protected)
+
+    @torch.library.register_kernel("deploytk::mctf_match", "cuda")
+    def _(metric, received, size, r, protected, tau_sim, tau_info, tau_size, bidirection):
+        return mctf_match(metric, received, size, r, protected, tau_sim, tau_info, tau_size, bidirection)
+
+
+__all__ = ["KERNEL_DTYPES", "token_aggregate", "tome_match", "proportional_attention", "topk_select", "crucial_match",
+           "size_split_match", "mctf_match", "register_cuda_kernels", "interpreting"]

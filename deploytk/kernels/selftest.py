@@ -114,6 +114,84 @@ def tome_near_ties(metric: torch.Tensor, got: torch.Tensor, r: int, protected: i
     return ties
 
 
+def selection_shapes(interpreter: bool, rng: random.Random) -> list[tuple[int, int, int, int]]:
+    """(B, N, D, protected) cases for the other matching/selection ops (MCTF, ATM, Top-K/EViT, crucial)."""
+    if interpreter:
+        fixed = [(2, 17, 16, 1), (3, 65, 32, 2), (2, 197, 64, 1), (2, 50, 24, 0)]
+        rand = [(rng.randint(1, 3), n, rng.choice([8, 24, 64]), rng.randint(0, 3)) for n in rng.sample(range(6, 120), 1)]
+    else:
+        fixed = [(64, 197, 64, 1), (64, 577, 64, 1), (8, 1025, 64, 1), (64, 198, 384, 2), (64, 196, 64, 0)]
+        rand = [(rng.randint(1, 64), n, rng.choice([32, 64, 384]), rng.randint(0, 5)) for n in rng.sample(range(8, 578), 3)]
+    return fixed + rand
+
+
+def rounding_ties(reference, args: list, got: torch.Tensor, perturb: int | None) -> int | None:
+    """How many images' ``got`` differ from ``reference(*args)`` but are its choice once input
+    ``perturb`` is perturbed at float32 rounding level (the validator's test of a near-tie
+    flip, ``validate.branches``); None if an image is not explained that way (a real error).
+    ``perturb=None``: no arithmetic is involved, so any difference is an error.
+    """
+    from deploytk.validate.branches import PERTURBATION_TRIALS, ROUNDING_PERTURBATION
+
+    want = reference(*args)
+    gen = torch.Generator().manual_seed(0)
+    ties = 0
+    for i in range(got.shape[0]):
+        if torch.equal(got[i], want[i]):
+            continue
+        if perturb is None:
+            return None
+        rows = [a[i : i + 1] if isinstance(a, torch.Tensor) else a for a in args]
+        for _ in range(PERTURBATION_TRIALS):
+            x = rows[perturb]
+            trial = [*rows[:perturb], x * (1 + ROUNDING_PERTURBATION * torch.randn(x.shape, generator=gen)), *rows[perturb + 1 :]]
+            if torch.equal(reference(*trial)[0], got[i]):
+                break
+        else:
+            return None
+        ties += 1
+    return ties
+
+
+def selection_cases(dtype: torch.dtype, device: str, interpreter: bool, rng: random.Random, gen: torch.Generator) -> list[Case]:
+    """MctfMatch, SizeSplitMatch, TopKSelect and CrucialMatch against their references (``merging``).
+
+    Scores and sizes take few distinct values, so exact ties occur and the tie rules (lower
+    index / lower size rank first) are checked too; only the metric's arithmetic may flip
+    near-ties, and each flip must be reproduced by the reference at rounding level.
+    """
+    from deploytk.kernels import launch
+    from deploytk.merging.atm import size_split_match
+    from deploytk.merging.mctf import mctf_match
+    from deploytk.merging.pruning import crucial_match, topk_select
+
+    def case(op, shape, reference, args, run, perturb):
+        got = run(*[a.to(dtype).to(device) if isinstance(a, torch.Tensor) else a for a in args]).cpu()
+        args = [a.to(dtype).float() if isinstance(a, torch.Tensor) else a for a in args]  # the reference sees the rounded inputs
+        ties = rounding_ties(reference, args, got, perturb)
+        err = float((got - reference(*args)).abs().max())
+        return Case(op, DTYPE_NAMES[dtype], shape, err, 0.0, ties is not None, ties or 0)
+
+    cases = []
+    for k, (b, n, d, p) in enumerate(selection_shapes(interpreter, rng)):
+        metric = torch.randn(b, n, d, generator=gen)
+        levels = 8 if k % 2 == 0 else 1000  # few levels: many exact ties
+        scores = torch.randint(1, levels + 1, (b, n), generator=gen).float() / levels
+        size = torch.randint(1, 5, (b, n, 1), generator=gen).float()
+        received = torch.rand(b, n, generator=gen) * 0.02 + 1e-3
+        keep, r = rng.randint(1, n - p - 1), rng.randint(1, (n - p) // 2)
+        taus = (1.0, 20.0, 40.0) if k % 2 == 0 else (1.0, 0.0, 0.0)  # MCTF's defaults; similarity only
+        base = {"B": b, "N": n, "D": d, "protected": p}
+        cases.append(case("TopKSelect", {**base, "keep": keep}, topk_select, [scores, keep, p], launch.topk_select, None))
+        cases.append(case("CrucialMatch", {**base, "keep": keep}, crucial_match, [metric, scores, keep, p], launch.crucial_match, 0))
+        cases.append(case("SizeSplitMatch", {**base, "r": r}, size_split_match, [metric, size, r, p], launch.size_split_match, 0))
+        for bidirection in (True, False):
+            args = [metric, received, size, r, p, *taus, bidirection]
+            shape = {**base, "r": r, "taus": list(taus), "bidirection": bidirection}
+            cases.append(case("MctfMatch", shape, mctf_match, args, launch.mctf_match, 0))
+    return cases
+
+
 def _error(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got.float() - want).abs().max() / max(1.0, float(want.abs().max())))
 
@@ -158,6 +236,7 @@ def run(seed: int = 0, device: str | None = None) -> list[Case]:
                 ties = tome_near_ties(metric, got, r, p, sort_unmerged)
                 shape = {"B": b, "N": n, "D": d, "r": r, "protected": p, "sort_unmerged": sort_unmerged}
                 cases.append(Case("ToMeMatch", DTYPE_NAMES[dtype], shape, err, 0.0, ties is not None, ties or 0))
+        cases += selection_cases(dtype, device, interpreter, rng, gen)
     return cases
 
 
@@ -179,4 +258,4 @@ def to_json(cases: list[Case]) -> dict:
     return {"environment": environment(), "cases": [asdict(c) for c in cases], "passed": all(c.passed for c in cases)}
 
 
-__all__ = ["Case", "run", "to_json", "valid_assignment", "tome_near_ties", "TOLERANCE"]
+__all__ = ["Case", "run", "to_json", "valid_assignment", "tome_near_ties", "rounding_ties", "TOLERANCE"]

@@ -17,14 +17,16 @@ def run_cli(*args, env_extra=None):
     return subprocess.run([sys.executable, "-c", "from deploytk.cli import main; main()", *args], capture_output=True, text=True, env=env)
 
 
-def test_interpreter_selftest_passes_for_both_ops():
+def test_interpreter_selftest_passes_for_every_op():
     """What CI runs: TRITON_INTERPRET=1 deploytk selftest --json (a subprocess: the variable must be set before Triton decorates the kernels)."""
+    from deploytk.ops import OPS
+
     result = run_cli("selftest", "--json", env_extra={"TRITON_INTERPRET": "1"})
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["environment"]["mode"] == "interpreter" and report["passed"]
     cases = report["cases"]
-    assert {c["op"] for c in cases} == {"TokenAggregate", "ProportionalAttention", "ToMeMatch"}
+    assert {c["op"] for c in cases} == set(OPS)  # every deploytk op has a kernel
     assert {c["dtype"] for c in cases} == {"fp32", "fp16"}  # bf16: GPU only (interpreter's bf16 dot is wrong)
     assert all(set(c) >= {"op", "dtype", "shape", "max_abs_err", "passed"} for c in cases)
     assert len({c["shape"]["B"] for c in cases}) >= 3  # several batch sizes
@@ -33,6 +35,11 @@ def test_interpreter_selftest_passes_for_both_ops():
     matches = [c for c in cases if c["op"] == "ToMeMatch"]
     assert {c["shape"]["sort_unmerged"] for c in matches} == {True, False} and {c["shape"]["protected"] for c in matches} >= {1, 2}
     assert all(c["max_abs_err"] == 0 and c["near_ties"] == 0 for c in matches)  # the interpreter reproduces the reference exactly
+    selections = [c for c in cases if c["op"] in ("MctfMatch", "SizeSplitMatch", "TopKSelect", "CrucialMatch")]
+    assert all(c["max_abs_err"] == 0 and c["near_ties"] == 0 for c in selections)
+    mctf = [c["shape"] for c in cases if c["op"] == "MctfMatch"]
+    assert {m["bidirection"] for m in mctf} == {True, False} and {m["protected"] for m in mctf} >= {0, 1, 2}  # all slot orders
+    assert {tuple(m["taus"]) for m in mctf} == {(1.0, 20.0, 40.0), (1.0, 0.0, 0.0)}
 
 
 def test_selftest_without_gpu_or_interpreter_says_what_to_do():
@@ -54,8 +61,41 @@ def test_selftest_fails_when_a_kernel_is_wrong(monkeypatch):
         return dest
 
     monkeypatch.setattr(launch, "tome_match", shifted_match)
+
+    def rotate(dest):  # every token sent to the next token's slot
+        return dest.roll(1, dims=1)
+
+    monkeypatch.setattr(launch, "topk_select", lambda s, k, p: rotate(ops.topk_select(s.float(), k, p)))
+    monkeypatch.setattr(launch, "crucial_match", lambda m, s, k, p: rotate(ops.crucial_match(m.float(), s.float(), k, p)))
+    monkeypatch.setattr(launch, "size_split_match", lambda m, s, r, p: rotate(ops.size_split_match(m.float(), s.float(), r, p)))
+    monkeypatch.setattr(launch, "mctf_match", lambda m, rc, s, *a: rotate(ops.mctf_match(m.float(), rc.float(), s.float(), *a)))
     cases = selftest.run()
+    assert {c.op for c in cases} == {"TokenAggregate", "ProportionalAttention", "ToMeMatch", "TopKSelect", "CrucialMatch",
+                                     "SizeSplitMatch", "MctfMatch"}
     assert cases and not any(c.passed for c in cases)
+
+
+def test_rounding_ties_accepts_only_choices_the_reference_makes_at_rounding_level():
+    from deploytk.merging.pruning import crucial_match
+
+    g = torch.Generator().manual_seed(0)
+    metric, scores = torch.randn(2, 12, 8, generator=g), torch.rand(2, 12, generator=g)
+    dest = crucial_match(metric, scores, 4, 1)
+    assert selftest.rounding_ties(crucial_match, [metric, scores, 4, 1], dest, 0) == 0
+    wrong = dest.clone()
+    wrong[0] = wrong[0].roll(1)
+    assert selftest.rounding_ties(crucial_match, [metric, scores, 4, 1], wrong, 0) is None
+    # crucial tokens 1 and 2 identical, token 5 parallel to both: it may join either (the reference takes the first)
+    scores = torch.tensor([[0.0, 0.9, 0.8, 0.7, 0.6] + [0.1] * 7] * 2)  # token 0 protected; tokens 1-4 are crucial
+    tied = metric.clone()
+    tied[0, 2] = tied[0, 1]
+    tied[0, 5] = 2 * tied[0, 1]
+    want = crucial_match(tied, scores, 4, 1)
+    assert want[0, 5] == want[0, 1] == 1
+    other = want.clone()
+    other[0, 5] = want[0, 2]
+    assert selftest.rounding_ties(crucial_match, [tied, scores, 4, 1], other, 0) == 1
+    assert selftest.rounding_ties(crucial_match, [tied, scores, 4, 1], other, None) is None  # no arithmetic to perturb: an error
 
 
 def test_tome_near_ties_accepts_only_tie_equivalent_matchings():
@@ -121,3 +161,25 @@ def test_attention_bad_input_fails_before_launch(monkeypatch):
     monkeypatch.setattr(launch, "interpreting", lambda: False)
     with pytest.raises(DeploytkError, match="CUDA tensors"):
         launch.proportional_attention(q, q, q, torch.ones(2, 10, 1), 0.25)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: launch.topk_select(torch.rand(2, 10), 9, 1), "keep=9 is not allowed for 10 tokens with 1 protected; keep must be in [1, 8]"),
+    (lambda: launch.topk_select(torch.rand(2, 10, 1), 3, 1), "expects scores [B, N]"),
+    (lambda: launch.crucial_match(torch.zeros(3, 10, 8), torch.rand(2, 10), 3, 1), "expects scores [B, N] and metric [B, N, D]"),
+    (lambda: launch.size_split_match(torch.zeros(2, 10, 8), torch.ones(2, 9, 1), 2, 1), "disagree on batch/token count"),
+    (lambda: launch.size_split_match(torch.zeros(2, 10, 8), torch.ones(2, 10, 1), 5, 1), "r=5 is not allowed for 10 tokens with 1 protected; r must be in [1, 4]"),
+    (lambda: launch.mctf_match(torch.zeros(2, 10, 8), torch.ones(1, 10), torch.ones(2, 10, 1), 2, 1, 1.0, 20.0, 40.0, True), "disagree on batch"),
+    (lambda: launch.mctf_match(torch.zeros(2, 10, 8), torch.ones(2, 10), torch.ones(2, 10, 1, dtype=torch.float64), 2, 1, 1.0, 0.0, 0.0, False),
+     "float64 is not supported"),
+    (lambda: launch.topk_select(torch.rand(1, 4097), 8, 1), "supports up to 4096 tokens; got 4097"),
+], ids=["keep", "scores-rank", "crucial-batch", "size-tokens", "r", "mctf-batch", "dtype", "tokens"])
+def test_selection_kernels_bad_input_fails_before_launch(call, message):
+    with pytest.raises(DeploytkError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        call()
+
+
+def test_selection_kernels_need_cuda_tensors_outside_the_interpreter(monkeypatch):
+    monkeypatch.setattr(launch, "interpreting", lambda: False)
+    with pytest.raises(DeploytkError, match="CUDA tensors"):
+        launch.crucial_match(torch.zeros(2, 10, 8), torch.rand(2, 10), 3, 1)
