@@ -60,12 +60,48 @@ def tome_match_variant(dtype: str, tokens: int, channels: int, sort_unmerged: bo
     return KernelVariant("ToMeMatch", dtype, {"SORT_UNMERGED": bool(sort_unmerged), **k.config(tokens, channels)}, sig)
 
 
-def _num_warps(variant: KernelVariant) -> int:
-    if variant.op == "ToMeMatch":
-        from deploytk.kernels.tome_match import num_warps
+def topk_select_variant(dtype: str, tokens: int) -> KernelVariant:
+    from deploytk.kernels import topk_select as k
 
-        return num_warps(variant.constexprs)
-    return 4
+    sig = {"scores_ptr": POINTER[dtype], "N": "i32", "KEEP": "i32", "PROTECTED": "i32", "dest_ptr": "*i64"}
+    return KernelVariant("TopKSelect", dtype, k.config(tokens), sig)
+
+
+def crucial_match_variant(dtype: str, tokens: int, channels: int) -> KernelVariant:
+    from deploytk.kernels import crucial_match as k
+
+    sig = {"metric_ptr": POINTER[dtype], "scores_ptr": POINTER[dtype], "N": "i32", "D": "i32", "KEEP": "i32", "PROTECTED": "i32",
+           "dest_ptr": "*i64"}
+    return KernelVariant("CrucialMatch", dtype, k.config(tokens, channels), sig)
+
+
+def size_split_match_variant(dtype: str, tokens: int, channels: int) -> KernelVariant:
+    from deploytk.kernels import size_split_match as k
+
+    sig = {"metric_ptr": POINTER[dtype], "size_ptr": POINTER[dtype], "N": "i32", "D": "i32", "R": "i32", "PROTECTED": "i32",
+           "dest_ptr": "*i64"}
+    return KernelVariant("SizeSplitMatch", dtype, k.config(tokens, channels), sig)
+
+
+def mctf_match_variant(dtype: str, tokens: int, channels: int, tau_sim: float, tau_info: float, tau_size: float,
+                       bidirection: bool) -> KernelVariant:
+    """The taus become compile-time exponents (1/tau, 0 = off), as the attention scale does: AOT plugin scalars are ints."""
+    from deploytk.kernels import mctf_match as k
+
+    p = POINTER[dtype]
+    sig = {"metric_ptr": p, "recv_ptr": p, "size_ptr": p, "N": "i32", "D": "i32", "R": "i32", "PROTECTED": "i32", "dest_ptr": "*i64"}
+    consts = {"E_SIM": k.exponent(tau_sim), "E_INFO": k.exponent(tau_info), "E_SIZE": k.exponent(tau_size),
+              "BIDIRECTION": bool(bidirection), **k.config(tokens, channels)}
+    return KernelVariant("MctfMatch", dtype, consts, sig)
+
+
+def _num_warps(variant: KernelVariant) -> int:
+    """The torch launcher's choice for the same kernel and tiles."""
+    from deploytk.kernels import mctf_match, tome_match, topk_select
+
+    rule = {"ToMeMatch": tome_match.num_warps, "MctfMatch": mctf_match.num_warps, "TopKSelect": topk_select.num_warps,
+            "CrucialMatch": topk_select.num_warps, "SizeSplitMatch": topk_select.num_warps}.get(variant.op)
+    return rule(variant.constexprs) if rule else 4
 
 
 def _precision(dtype: str) -> str:
@@ -77,11 +113,17 @@ def _precision(dtype: str) -> str:
 
 
 def _kernel_fn(op: str):
+    from deploytk.kernels.crucial_match import crucial_match_kernel
+    from deploytk.kernels.mctf_match import mctf_match_kernel
     from deploytk.kernels.proportional_attention import proportional_attention_kernel
+    from deploytk.kernels.size_split_match import size_split_match_kernel
     from deploytk.kernels.tome_match import tome_match_kernel
     from deploytk.kernels.token_aggregate import token_aggregate_kernel
+    from deploytk.kernels.topk_select import topk_select_kernel
 
-    return {"TokenAggregate": token_aggregate_kernel, "ProportionalAttention": proportional_attention_kernel, "ToMeMatch": tome_match_kernel}[op]
+    return {"TokenAggregate": token_aggregate_kernel, "ProportionalAttention": proportional_attention_kernel, "ToMeMatch": tome_match_kernel,
+            "MctfMatch": mctf_match_kernel, "SizeSplitMatch": size_split_match_kernel, "TopKSelect": topk_select_kernel,
+            "CrucialMatch": crucial_match_kernel}[op]
 
 
 def strip_hidden_params(ptx: str, kernel_name: str, visible: int) -> str:
@@ -135,12 +177,15 @@ def compile_variant(variant: KernelVariant, arch: str) -> CompiledKernel:
 
 def standard_variants() -> list[KernelVariant]:
     """What `deploytk plugins compile` writes: every kernel in every dtype at ViT shapes
-    (channels >= 64, head dim 64 with its scale 1/8, 197 tokens). Builds compile their own attributes."""
+    (channels >= 64, head dim 64 with its scale 1/8, 197 tokens, MCTF's default taus 1/20/40).
+    Builds compile their own attributes."""
     out = []
     for dtype in POINTER:
         out += [token_aggregate_variant(dtype, 384, normalize) for normalize in (True, False)]
         out.append(proportional_attention_variant(dtype, 64, 64**-0.5))
         out += [tome_match_variant(dtype, 197, 64, sort) for sort in (True, False)]
+        out += [mctf_match_variant(dtype, 197, 384, 1.0, 20.0, 40.0, bidirection) for bidirection in (True, False)]  # MCTF's taus
+        out += [size_split_match_variant(dtype, 197, 64), topk_select_variant(dtype, 197), crucial_match_variant(dtype, 197, 384)]
     return out
 
 
@@ -166,4 +211,5 @@ def compile_all(arch: str, output: Path, variants: list[KernelVariant] | None = 
 
 
 __all__ = ["ARCHES", "KernelVariant", "CompiledKernel", "compile_variant", "compile_all", "standard_variants",
-           "token_aggregate_variant", "proportional_attention_variant", "tome_match_variant", "strip_hidden_params"]
+           "token_aggregate_variant", "proportional_attention_variant", "tome_match_variant", "mctf_match_variant",
+           "size_split_match_variant", "topk_select_variant", "crucial_match_variant", "strip_hidden_params"]

@@ -22,16 +22,19 @@ NOT RUN: TensorRT cannot be installed where deploytk is built. Everything below 
 touch ``tensorrt`` (shape rules, type combinations, launch parameters) is a plain function
 tested in ``tests/plugins``; the registration itself is import-guarded.
 
-Ops with a plugin: ToMeMatch, TokenAggregate, ProportionalAttention (all of ToMe). The other
-matching ops (MctfMatch, SizeSplitMatch, TopKSelect, CrucialMatch) have no kernel yet:
-TensorRT inlines their function bodies (standard ops) instead.
+Every deploytk op has a plugin: TokenAggregate and ProportionalAttention, and the matching
+ops ToMeMatch, MctfMatch, SizeSplitMatch, TopKSelect and CrucialMatch (one kernel each, one
+program per image; their float inputs share one dtype, dest is INT64).
 """
 
 from deploytk.errors import DeploytkError
 
 PLUGIN_NAMESPACE = "deploytk"
 PLUGIN_VERSION = "1"
-PLUGIN_OPS = ("ToMeMatch", "TokenAggregate", "ProportionalAttention")
+PLUGIN_OPS = ("ToMeMatch", "TokenAggregate", "ProportionalAttention", "MctfMatch", "SizeSplitMatch", "TopKSelect", "CrucialMatch")
+#: matching ops -> their float inputs (the order of the ONNX node); each has one output, dest [B, N] INT64
+MATCH_INPUTS = {"ToMeMatch": ("metric",), "MctfMatch": ("metric", "received", "size"), "SizeSplitMatch": ("metric", "size"),
+                "TopKSelect": ("scores",), "CrucialMatch": ("metric", "scores")}
 _TRT_DTYPE = {"fp32": "FP32", "fp16": "FP16", "bf16": "BF16"}
 
 
@@ -45,11 +48,12 @@ def token_aggregate_shape(x_shape: list, tokens_out: int) -> list:
     return [x_shape[0], tokens_out, x_shape[2]]
 
 
-def tome_match_shape(metric_shape: list) -> list:
-    """metric [B, N, D] -> dest [B, N] (INT64)."""
-    if len(metric_shape) != 3:
-        raise DeploytkError(f"ToMeMatch: metric must be rank 3 [B, N, D], got rank {len(metric_shape)}.")
-    return list(metric_shape[:2])
+def match_shape(op: str, first_shape: list) -> list:
+    """A matching op's dest [B, N] (INT64) from its first input: metric [B, N, D], or scores [B, N] for TopKSelect."""
+    rank, dims = (2, "[B, N]") if op == "TopKSelect" else (3, "[B, N, D]")
+    if len(first_shape) != rank:
+        raise DeploytkError(f"{op}: {MATCH_INPUTS[op][0]} must be rank {rank} {dims}, got rank {len(first_shape)}.")
+    return list(first_shape[:2])
 
 
 def proportional_attention_shape(q_shape: list) -> list:
@@ -65,8 +69,8 @@ def type_combinations(op: str) -> list[str]:
     """
     combos = []
     for t in _TRT_DTYPE.values():
-        if op == "ToMeMatch":  # metric -> dest
-            combos.append(f"{t}, INT64")
+        if op in MATCH_INPUTS:  # float inputs (one dtype) -> dest
+            combos.append(", ".join([t] * len(MATCH_INPUTS[op]) + ["INT64"]))
         elif op == "TokenAggregate":  # x, weight, dest -> out
             combos.append(f"{t}, FP32, INT64, {t}")
         elif op == "ProportionalAttention":  # q, k, v, size -> out
@@ -83,11 +87,12 @@ def token_aggregate_launch(batch, tokens_in: int, channels: int, tokens_out: int
     return {"grid": grid(batch, tokens_out, channels, cfg, cdiv), "int_args": [tokens_in, channels, tokens_out]}
 
 
-def tome_match_launch(batch, tokens: int, channels: int, r: int, protected: int) -> dict:
-    """One program per image; int arguments in kernel order (N, D, R, PROTECTED)."""
+def match_launch(batch, int_args: list) -> dict:
+    """Every matching kernel: one program per image, int arguments in kernel order
+    (ToMe/MCTF/SizeSplit: N, D, R, PROTECTED; TopKSelect: N, KEEP, PROTECTED; CrucialMatch: N, D, KEEP, PROTECTED)."""
     from deploytk.kernels.tome_match import grid
 
-    return {"grid": grid(batch), "int_args": [tokens, channels, r, protected]}
+    return {"grid": grid(batch), "int_args": list(int_args)}
 
 
 def scalar(attribute) -> int | float:
@@ -126,7 +131,10 @@ def register_plugins() -> None:
     import tensorrt as trt
     import tensorrt.plugin as trtp
 
-    from plugins.aot import compile_variant, proportional_attention_variant, token_aggregate_variant, tome_match_variant
+    from plugins.aot import (
+        compile_variant, crucial_match_variant, mctf_match_variant, proportional_attention_variant, size_split_match_variant,
+        token_aggregate_variant, tome_match_variant, topk_select_variant,
+    )
 
     names = {trt.float32: "fp32", trt.float16: "fp16", trt.bfloat16: "bf16"}
     Ints, Floats = npt.NDArray[np.int32], npt.NDArray[np.float32]
@@ -157,10 +165,19 @@ def register_plugins() -> None:
     def combos(op):
         return [trtp.AutoTuneCombination(c, "LINEAR") for c in type_combinations(op)]
 
+    def dest_like(op: str, first: trtp.TensorDesc) -> trtp.TensorDesc:
+        """A matching op's INT64 dest [B, N], by the rule ``match_shape`` (tested without TensorRT)."""
+        return trtp.from_shape_expr(tuple(match_shape(op, [first.shape_expr[i] for i in range(first.ndim)])), dtype=trt.int64)
+
+    def matching_result(variant, batch, int_args) -> AOTResult:
+        compiled = compile_variant(variant, arch())
+        params, extra = launch_params(compiled, match_launch(batch, int_args)["grid"], int_args)
+        return compiled.kernel_name, compiled.ptx, params, extra
+
     # ToMeMatch: metric [B, N, D] -> dest [B, N] int64
     @trtp.register(f"{PLUGIN_NAMESPACE}::ToMeMatch")
     def _(metric: trtp.TensorDesc, r: Ints, protected: Ints, sort_unmerged: Ints, tokens: Ints) -> trtp.TensorDesc:
-        return trtp.from_shape_expr((metric.shape_expr[0], metric.shape_expr[1]), dtype=trt.int64)
+        return dest_like("ToMeMatch", metric)
 
     @trtp.autotune(f"{PLUGIN_NAMESPACE}::ToMeMatch")
     def _(metric: trtp.TensorDesc, outputs: Tuple[trtp.TensorDesc]) -> List[trtp.AutoTuneCombination]:
@@ -171,10 +188,7 @@ def register_plugins() -> None:
           outputs: Tuple[trtp.TensorDesc], tactic: int) -> AOTResult:
         n, d = scalar(tokens), const(metric.shape_expr[2])
         variant = tome_match_variant(names[metric.dtype], n, d, bool(scalar(sort_unmerged)))
-        compiled = compile_variant(variant, arch())
-        spec = tome_match_launch(metric.shape_expr[0], n, d, scalar(r), scalar(protected))
-        params, extra = launch_params(compiled, spec["grid"], spec["int_args"])
-        return compiled.kernel_name, compiled.ptx, params, extra
+        return matching_result(variant, metric.shape_expr[0], [n, d, scalar(r), scalar(protected)])
 
     # TokenAggregate: x [B, N, C], weight [B, N, 1] fp32, dest [B, N] int64 -> [B, tokens_out, C]
     @trtp.register(f"{PLUGIN_NAMESPACE}::TokenAggregate")
@@ -216,9 +230,73 @@ def register_plugins() -> None:
         params, extra = launch_params(compiled, spec["grid"], spec["int_args"])
         return compiled.kernel_name, compiled.ptx, params, extra
 
+    # MctfMatch: metric [B, N, D], received [B, N], size [B, N, 1] -> dest [B, N] int64
+    @trtp.register(f"{PLUGIN_NAMESPACE}::MctfMatch")
+    def _(metric: trtp.TensorDesc, received: trtp.TensorDesc, size: trtp.TensorDesc, r: Ints, protected: Ints, tau_sim: Floats,
+          tau_info: Floats, tau_size: Floats, bidirection: Ints, tokens: Ints) -> trtp.TensorDesc:
+        return dest_like("MctfMatch", metric)
+
+    @trtp.autotune(f"{PLUGIN_NAMESPACE}::MctfMatch")
+    def _(metric: trtp.TensorDesc, received: trtp.TensorDesc, size: trtp.TensorDesc, outputs: Tuple[trtp.TensorDesc]) -> List[trtp.AutoTuneCombination]:
+        return combos("MctfMatch")
+
+    @trtp.aot_impl(f"{PLUGIN_NAMESPACE}::MctfMatch")
+    def _(metric: trtp.TensorDesc, received: trtp.TensorDesc, size: trtp.TensorDesc, r: Ints, protected: Ints, tau_sim: Floats,
+          tau_info: Floats, tau_size: Floats, bidirection: Ints, tokens: Ints, outputs: Tuple[trtp.TensorDesc], tactic: int) -> AOTResult:
+        n, d = scalar(tokens), const(metric.shape_expr[2])
+        taus = (float(np.float32(scalar(t))) for t in (tau_sim, tau_info, tau_size))
+        variant = mctf_match_variant(names[metric.dtype], n, d, *taus, bool(scalar(bidirection)))
+        return matching_result(variant, metric.shape_expr[0], [n, d, scalar(r), scalar(protected)])
+
+    # SizeSplitMatch: metric [B, N, D], size [B, N, 1] -> dest [B, N] int64
+    @trtp.register(f"{PLUGIN_NAMESPACE}::SizeSplitMatch")
+    def _(metric: trtp.TensorDesc, size: trtp.TensorDesc, r: Ints, protected: Ints, tokens: Ints) -> trtp.TensorDesc:
+        return dest_like("SizeSplitMatch", metric)
+
+    @trtp.autotune(f"{PLUGIN_NAMESPACE}::SizeSplitMatch")
+    def _(metric: trtp.TensorDesc, size: trtp.TensorDesc, outputs: Tuple[trtp.TensorDesc]) -> List[trtp.AutoTuneCombination]:
+        return combos("SizeSplitMatch")
+
+    @trtp.aot_impl(f"{PLUGIN_NAMESPACE}::SizeSplitMatch")
+    def _(metric: trtp.TensorDesc, size: trtp.TensorDesc, r: Ints, protected: Ints, tokens: Ints,
+          outputs: Tuple[trtp.TensorDesc], tactic: int) -> AOTResult:
+        n, d = scalar(tokens), const(metric.shape_expr[2])
+        variant = size_split_match_variant(names[metric.dtype], n, d)
+        return matching_result(variant, metric.shape_expr[0], [n, d, scalar(r), scalar(protected)])
+
+    # TopKSelect: scores [B, N] -> dest [B, N] int64
+    @trtp.register(f"{PLUGIN_NAMESPACE}::TopKSelect")
+    def _(scores: trtp.TensorDesc, keep: Ints, protected: Ints, tokens: Ints) -> trtp.TensorDesc:
+        return dest_like("TopKSelect", scores)
+
+    @trtp.autotune(f"{PLUGIN_NAMESPACE}::TopKSelect")
+    def _(scores: trtp.TensorDesc, outputs: Tuple[trtp.TensorDesc]) -> List[trtp.AutoTuneCombination]:
+        return combos("TopKSelect")
+
+    @trtp.aot_impl(f"{PLUGIN_NAMESPACE}::TopKSelect")
+    def _(scores: trtp.TensorDesc, keep: Ints, protected: Ints, tokens: Ints, outputs: Tuple[trtp.TensorDesc], tactic: int) -> AOTResult:
+        n = scalar(tokens)
+        return matching_result(topk_select_variant(names[scores.dtype], n), scores.shape_expr[0], [n, scalar(keep), scalar(protected)])
+
+    # CrucialMatch: metric [B, N, D], scores [B, N] -> dest [B, N] int64
+    @trtp.register(f"{PLUGIN_NAMESPACE}::CrucialMatch")
+    def _(metric: trtp.TensorDesc, scores: trtp.TensorDesc, keep: Ints, protected: Ints, tokens: Ints) -> trtp.TensorDesc:
+        return dest_like("CrucialMatch", metric)
+
+    @trtp.autotune(f"{PLUGIN_NAMESPACE}::CrucialMatch")
+    def _(metric: trtp.TensorDesc, scores: trtp.TensorDesc, outputs: Tuple[trtp.TensorDesc]) -> List[trtp.AutoTuneCombination]:
+        return combos("CrucialMatch")
+
+    @trtp.aot_impl(f"{PLUGIN_NAMESPACE}::CrucialMatch")
+    def _(metric: trtp.TensorDesc, scores: trtp.TensorDesc, keep: Ints, protected: Ints, tokens: Ints,
+          outputs: Tuple[trtp.TensorDesc], tactic: int) -> AOTResult:
+        n, d = scalar(tokens), const(metric.shape_expr[2])
+        variant = crucial_match_variant(names[metric.dtype], n, d)
+        return matching_result(variant, metric.shape_expr[0], [n, d, scalar(keep), scalar(protected)])
+
     _registered = True
 
 
-__all__ = ["PLUGIN_NAMESPACE", "PLUGIN_VERSION", "PLUGIN_OPS", "register_plugins", "type_combinations", "scalar",
-           "tome_match_shape", "token_aggregate_shape", "proportional_attention_shape",
-           "tome_match_launch", "token_aggregate_launch", "proportional_attention_launch"]
+__all__ = ["PLUGIN_NAMESPACE", "PLUGIN_VERSION", "PLUGIN_OPS", "MATCH_INPUTS", "register_plugins", "type_combinations", "scalar",
+           "match_shape", "token_aggregate_shape", "proportional_attention_shape",
+           "match_launch", "token_aggregate_launch", "proportional_attention_launch"]

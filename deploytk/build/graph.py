@@ -5,7 +5,7 @@ TensorRT's parser turns a node that carries ``plugin_namespace`` into the regist
 plugin node (onnx-tensorrt ModelImporter: ``attrs.count("plugin_namespace")`` selects the
 plugin path). So ``native`` means: drop the plugin attributes (merge ops), or rewrite to the
 standard ``Attention`` op that TensorRT fuses (``export.native_attention``). Ops without a
-deploytk plugin always go native.
+deploytk plugin (none today) always go native.
 """
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ from __future__ import annotations
 import onnx
 
 from deploytk.build.options import BuildOptions
-from deploytk.ops import DOMAIN, PLUGIN_ATTRIBUTES
+from deploytk.ops import DOMAIN, OPS, PLUGIN_ATTRIBUTES
 
-MERGE_PLUGIN_OPS = ("ToMeMatch", "TokenAggregate")
 ATTENTION_OP = "ProportionalAttention"
+#: what ``merge_impl`` switches: every matching op and TokenAggregate
+MERGE_PLUGIN_OPS = tuple(op for op in OPS if op != ATTENTION_OP)
 
 
 def _strip_plugin_attributes(node: onnx.NodeProto) -> None:

@@ -15,8 +15,9 @@ class BuildOptions(BaseModel):
     """What a build varies; recorded verbatim in the engine manifest.
 
     ``batch`` is the optimization profile (min, opt, max) of the dynamic batch dimension.
-    ``merge_impl``: ``plugin`` runs ToMeMatch/TokenAggregate as deploytk's AOT plugins;
-    ``native`` lets TensorRT inline their standard-op function bodies. ``attention_impl``:
+    ``merge_impl``: ``plugin`` runs the matching ops (ToMeMatch, MctfMatch, ...) and
+    TokenAggregate as deploytk's AOT plugins; ``native`` lets TensorRT inline their
+    standard-op function bodies. ``attention_impl``:
     ``plugin`` = deploytk's ProportionalAttention kernel; ``native`` = TensorRT's fused
     attention (the ONNX ``Attention`` op with log(size) as additive mask). ``baseline``: also
     build the unmerged model with the same options, the reference of `profile --backend trt`.

@@ -10,7 +10,10 @@ import pytest
 
 from deploytk.errors import DeploytkError
 from plugins import tensorrt_plugins as tp
-from plugins.aot import compile_variant, strip_hidden_params, token_aggregate_variant, tome_match_variant
+from plugins.aot import (
+    compile_variant, crucial_match_variant, mctf_match_variant, size_split_match_variant, strip_hidden_params, token_aggregate_variant,
+    tome_match_variant, topk_select_variant,
+)
 
 
 def run_cli(*args):
@@ -43,7 +46,11 @@ def test_plugins_compile_refuses_unknown_arch_and_writes_nothing(tmp_path):
 @pytest.mark.parametrize("variant, kinds", [
     (token_aggregate_variant("fp16", 384, True), ["u64", "u64", "u64", "u32", "u32", "u32", "u64"]),  # x, w, dest; N, C, T; out
     (tome_match_variant("fp32", 577, 64, False), ["u64", "u32", "u32", "u32", "u32", "u64"]),  # metric; N, D, R, P; dest
-])
+    (mctf_match_variant("fp16", 197, 384, 1.0, 20.0, 40.0, True), ["u64"] * 3 + ["u32"] * 4 + ["u64"]),  # metric, received, size
+    (size_split_match_variant("bf16", 197, 64), ["u64"] * 2 + ["u32"] * 4 + ["u64"]),  # metric, size; N, D, R, P; dest
+    (topk_select_variant("fp32", 577), ["u64", "u32", "u32", "u32", "u64"]),  # scores; N, KEEP, P; dest
+    (crucial_match_variant("fp16", 1025, 64), ["u64"] * 2 + ["u32"] * 4 + ["u64"]),  # metric, scores; N, D, KEEP, P; dest
+], ids=lambda v: v.op if hasattr(v, "op") else "")
 def test_compiled_kernel_takes_exactly_inputs_then_ints_then_outputs(variant, kinds):
     """TensorRT's AOT convention, and nothing more: Triton's trailing scratch pointers are stripped."""
     k = compile_variant(variant, "sm_80")
@@ -70,9 +77,13 @@ def test_plugin_attributes_arrive_as_one_element_arrays():
 def test_output_shapes():
     assert tp.token_aggregate_shape([8, 197, 384], 181) == [8, 181, 384]
     assert tp.proportional_attention_shape([8, 6, 181, 64]) == [8, 6, 181, 64]
-    assert tp.tome_match_shape([8, 197, 64]) == [8, 197]
-    with pytest.raises(DeploytkError, match="ToMeMatch: metric must be rank 3"):
-        tp.tome_match_shape([8, 197])
+    for op in ("ToMeMatch", "MctfMatch", "SizeSplitMatch", "CrucialMatch"):
+        assert tp.match_shape(op, [8, 197, 64]) == [8, 197]
+    assert tp.match_shape("TopKSelect", [8, 197]) == [8, 197]
+    with pytest.raises(DeploytkError, match=r"ToMeMatch: metric must be rank 3 \[B, N, D\], got rank 2"):
+        tp.match_shape("ToMeMatch", [8, 197])
+    with pytest.raises(DeploytkError, match=r"TopKSelect: scores must be rank 2 \[B, N\], got rank 3"):
+        tp.match_shape("TopKSelect", [8, 197, 64])
     with pytest.raises(DeploytkError, match="rank 3"):
         tp.token_aggregate_shape([8, 197], 181)
     with pytest.raises(DeploytkError, match="rank 4"):
@@ -83,10 +94,13 @@ def test_type_combinations_keep_size_fp32_and_dest_int64():
     agg = tp.type_combinations("TokenAggregate")
     assert agg == ["FP32, FP32, INT64, FP32", "FP16, FP32, INT64, FP16", "BF16, FP32, INT64, BF16"]
     assert tp.type_combinations("ToMeMatch") == ["FP32, INT64", "FP16, INT64", "BF16, INT64"]
+    assert tp.type_combinations("MctfMatch")[1] == "FP16, FP16, FP16, INT64"  # metric, received, size -> dest
+    assert tp.type_combinations("TopKSelect") == ["FP32, INT64", "FP16, INT64", "BF16, INT64"]
+    assert tp.type_combinations("CrucialMatch")[2] == "BF16, BF16, INT64" and tp.type_combinations("SizeSplitMatch")[0] == "FP32, FP32, INT64"
     attn = tp.type_combinations("ProportionalAttention")
     assert all(c.split(", ")[3] == "FP32" and len(c.split(", ")) == 5 for c in attn)
-    with pytest.raises(DeploytkError, match="no TensorRT plugin for op 'MctfMatch'"):
-        tp.type_combinations("MctfMatch")
+    with pytest.raises(DeploytkError, match="no TensorRT plugin for op 'Softmax'"):
+        tp.type_combinations("Softmax")
 
 
 def test_launch_parameters():
@@ -96,7 +110,7 @@ def test_launch_parameters():
     assert agg == {"grid": (6, 12, 64), "int_args": [197, 768, 181]}
     attn = tp.proportional_attention_launch(64, 12, 181, {"BLOCK_M": 64}, triton.cdiv)
     assert attn == {"grid": (3, 768, 1), "int_args": [181, 12]}
-    assert tp.tome_match_launch(64, 197, 64, 16, 1) == {"grid": (64, 1, 1), "int_args": [197, 64, 16, 1]}
+    assert tp.match_launch(64, [197, 64, 16, 1]) == {"grid": (64, 1, 1), "int_args": [197, 64, 16, 1]}  # one program per image
 
 
 def test_register_plugins_without_tensorrt_says_how_to_install():
