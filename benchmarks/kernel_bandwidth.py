@@ -1,11 +1,14 @@
 """Each Triton kernel's time against its memory-bandwidth bound (bytes moved / measured peak bandwidth).
 
 ViT-B/16 shapes at batch 64 by default (197 tokens, 768 channels, 12 heads of 64, ToMe r=16):
-TokenAggregate (the merge), ToMeMatch (the matching) and ProportionalAttention, in fp16 by
-default. The bound counts the bytes each kernel must move at least (inputs read once, output
-written once); peak bandwidth is a measured device-to-device copy. Attention is also given in
-TFLOP/s next to PyTorch's fused SDPA on the same shape (no size bias), and the merge next to
-PyTorch's scatter_add reference. Writes benchmarks/results/kernel_bandwidth_<gpu>.json.
+TokenAggregate (the merge), ProportionalAttention and every matching op (ToMeMatch, MctfMatch,
+SizeSplitMatch, TopKSelect, CrucialMatch), in fp16 by default. The bound counts the bytes each
+kernel must move at least (inputs read once, output written once); peak bandwidth is a
+measured device-to-device copy. Attention is also given in TFLOP/s next to PyTorch's fused
+SDPA on the same shape (no size bias), the merge next to PyTorch's scatter_add reference, and
+each matching op next to its eager PyTorch reference (``merging``). The matching ops do
+O(N^2 D) work on little data, so they sit far above the bandwidth bound by nature; their
+column to read is the reference time. Writes benchmarks/results/kernel_bandwidth_<gpu>.json.
 
     python benchmarks/kernel_bandwidth.py                       # on a CUDA GPU
     TRITON_INTERPRET=1 python benchmarks/kernel_bandwidth.py --smoke --output /tmp/k.json   # CPU: does it run
@@ -78,8 +81,27 @@ def main(argv=None) -> dict:
     ref_ms = measure(lambda: aggregate_reference(x, size, dest, t, True))
     record("TokenAggregate", {"B": b, "N": n, "C": c, "T": t}, ms, b * n * c * elem + b * n * (4 + 8) + b * t * c * elem,
            pytorch_scatter_add_ms=round(ref_ms, 4))
-    ms = measure(lambda: launch.tome_match(metric, r, 1, True))
-    record("ToMeMatch", {"B": b, "N": n, "D": d, "r": r}, ms, b * n * d * elem + b * n * 8)
+    from deploytk.merging.atm import size_split_match
+    from deploytk.merging.mctf import mctf_match
+    from deploytk.merging.pruning import crucial_match, topk_select
+
+    scores = torch.rand(b, n, generator=gen).to(device, dtype)
+    received = (torch.rand(b, n, generator=gen) * 0.02 + 1e-3).to(device, dtype)
+    size_low = size.to(dtype)
+    keep = (n - 1) * 7 // 10  # EViT keep rate 0.7
+    merge, select = {"B": b, "N": n, "D": d, "r": r}, {"B": b, "N": n, "D": d, "keep": keep}
+    matching = [  # (op, shape, kernel, eager reference, bytes of the float inputs)
+        ("ToMeMatch", merge, lambda: launch.tome_match(metric, r, 1, True), lambda: tome_dest(metric.float(), r, 1, True), b * n * d * elem),
+        ("MctfMatch", merge, lambda: launch.mctf_match(metric, received, size_low, r, 1, 1.0, 20.0, 40.0, True),
+         lambda: mctf_match(metric.float(), received.float(), size, r, 1, 1.0, 20.0, 40.0, True), b * n * (d + 2) * elem),
+        ("SizeSplitMatch", merge, lambda: launch.size_split_match(metric, size_low, r, 1), lambda: size_split_match(metric.float(), size, r, 1),
+         b * n * (d + 1) * elem),
+        ("TopKSelect", select, lambda: launch.topk_select(scores, keep, 1), lambda: topk_select(scores.float(), keep, 1), b * n * elem),
+        ("CrucialMatch", select, lambda: launch.crucial_match(metric, scores, keep, 1),
+         lambda: crucial_match(metric.float(), scores.float(), keep, 1), b * n * (d + 1) * elem),
+    ]
+    for op, shape, kernel, reference, input_bytes in matching:
+        record(op, shape, measure(kernel), input_bytes + b * n * 8, pytorch_reference_ms=round(measure(reference), 4))
     scale = d**-0.5
     ms = measure(lambda: launch.proportional_attention(q, k, v, size, scale))
     sdpa_ms = measure(lambda: F.scaled_dot_product_attention(q, k, v))
@@ -88,11 +110,11 @@ def main(argv=None) -> dict:
            tflops=round(flops / (ms / 1e3) / 1e12, 2), pytorch_sdpa_ms=round(sdpa_ms, 4))
 
     print(f"peak copy bandwidth {bw:.0f} GB/s ({device_facts(device).get('gpu', device)})")
-    print(f"{'op':24s} {'shape':34s} {'ms':>9s} {'bound ms':>9s} {'x bound':>8s}  other")
+    print(f"{'op':24s} {'shape':42s} {'ms':>9s} {'bound ms':>9s} {'x bound':>8s}  other")
     for case in cases:
         shape = " ".join(f"{key}={val}" for key, val in case["shape"].items())
         other = ", ".join(f"{key} {val}" for key, val in case.items() if key.startswith(("pytorch", "tflops")))
-        print(f"{case['op']:24s} {shape:34s} {case['ms']:9.4f} {case['bandwidth_bound_ms']:9.4f} {case['x_bound']:8.2f}  {other}")
+        print(f"{case['op']:24s} {shape:42s} {case['ms']:9.4f} {case['bandwidth_bound_ms']:9.4f} {case['x_bound']:8.2f}  {other}")
     merge = next(c for c in cases if c["op"] == "TokenAggregate")
     payload = {"environment": device_facts(device), "smoke": args.smoke, "peak_bandwidth_gbs": round(bw, 1),
                "warmup": args.warmup, "iterations": args.iterations, "cases": cases,

@@ -21,7 +21,8 @@ def test_kernel_bandwidth_smoke(tmp_path):
     report, stdout = run_script("kernel_bandwidth.py", tmp_path / "k.json", interpret=True)
     assert report["smoke"] and report["environment"]["device"] == "cpu" and report["peak_bandwidth_gbs"] > 0
     ops = {c["op"]: c for c in report["cases"]}
-    assert set(ops) == {"TokenAggregate", "ToMeMatch", "ProportionalAttention"}
+    assert set(ops) == {"TokenAggregate", "ProportionalAttention", "ToMeMatch", "MctfMatch", "SizeSplitMatch", "TopKSelect", "CrucialMatch"}
+    assert ops["MctfMatch"]["bytes"] == 2 * 33 * (32 + 2) * 4 + 2 * 33 * 8 and ops["TopKSelect"]["pytorch_reference_ms"] > 0
     agg = ops["TokenAggregate"]  # B=2 N=33 C=64 T=29 fp32: x + w + dest + out bytes
     assert agg["bytes"] == 2 * 33 * 64 * 4 + 2 * 33 * 12 + 2 * 29 * 64 * 4
     assert abs(agg["x_bound"] - agg["ms"] / agg["bandwidth_bound_ms"]) <= 0.01 * agg["x_bound"]
