@@ -1,0 +1,72 @@
+"""The Triton kernels natively on a CUDA GPU (marker ``gpu``: skipped without one).
+
+The CPU suite runs them in Triton's interpreter, which executes a program's block operations
+one after another and so cannot show races between a program's threads; these tests are
+where the matching kernels' barriers are exercised.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import digits_config
+
+pytestmark = pytest.mark.gpu
+
+METHODS = ["digits_vit_tome_r4", "digits_vit_mctf_r4", "digits_vit_atm_calibrated", "digits_vit_evit_k70",
+           "digits_vit_crucial_k70", "digits_vit_topk_k70"]
+
+
+def test_native_selftest_passes_for_every_op_and_dtype():
+    from deploytk.ops import OPS
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    result = subprocess.run([sys.executable, "-c", "from deploytk.cli import main; main()", "selftest", "--json"],
+                            capture_output=True, text=True, env=env)
+    report = json.loads(result.stdout)
+    failed = [c for c in report["cases"] if not c["passed"]]
+    assert result.returncode == 0 and report["passed"], failed[:5]
+    assert report["environment"]["mode"] == "gpu"
+    assert {c["op"] for c in report["cases"]} == set(OPS)
+    assert {c["dtype"] for c in report["cases"]} == {"fp32", "fp16", "bf16"}
+    assert max(c["shape"]["N"] for c in report["cases"] if "N" in c["shape"]) >= 577  # ViT-B/16 at 384 px
+
+
+@pytest.fixture(scope="module")
+def digit_batch(tmp_path_factory):
+    from deploytk.data import folder_batches
+    from deploytk.evaluate.digits import write_digits_imagefolder
+    from deploytk.models import create_vit
+
+    root = tmp_path_factory.mktemp("digits") / "digits"
+    write_digits_imagefolder(root, img_size=32)
+    (batch,) = folder_batches(root / "val", 32, 32, create_vit(digits_config("digits_vit_tome_r4")))
+    return torch.from_numpy(batch)
+
+
+@pytest.mark.parametrize("stem", METHODS)
+def test_merged_model_on_cuda_runs_the_kernels_and_matches_the_cpu_reference(stem, digit_batch, monkeypatch):
+    """The trained digits ViT (no near-tie logits) per method: the CUDA path dispatches every
+    deploytk op to its Triton kernel and makes the CPU reference's choices."""
+    from deploytk.kernels import launch
+    from deploytk.models import build_reference
+
+    model = build_reference(digits_config(stem))
+    calls, choices = {}, {"cpu": [], "cuda": []}
+    for name in ("token_aggregate", "tome_match", "proportional_attention", "mctf_match", "size_split_match", "topk_select", "crucial_match"):
+        real = getattr(launch, name)
+        monkeypatch.setattr(launch, name, lambda *a, _real=real, _name=name, **k: calls.__setitem__(_name, calls.get(_name, 0) + 1) or _real(*a, **k))
+    with torch.no_grad():
+        model.dest_hook = lambda op, args, dest: choices["cpu"].append(dest) or dest
+        want = model(digit_batch)
+        model.cuda().dest_hook = lambda op, args, dest: choices["cuda"].append(dest.cpu()) or dest
+        got = model(digit_batch.cuda()).cpu()
+    assert calls.get("token_aggregate") and any(calls.get(m) for m in ("tome_match", "mctf_match", "size_split_match", "topk_select", "crucial_match"))
+    same = sum(torch.equal(a, b) for a, b in zip(choices["cpu"], choices["cuda"]))
+    assert same == len(choices["cpu"]) == len(choices["cuda"]), f"{same} of {len(choices['cpu'])} matching calls agree"
+    assert torch.equal(got.argmax(-1), want.argmax(-1))
+    assert (got - want).abs().max() <= 1e-3 * max(1.0, float(want.abs().max()))
