@@ -5,7 +5,7 @@ One program per image, in three phases separated by barriers:
 1. kept tokens and their slots (``topk_select.kept_tokens``, in registers); each crucial
    token's slot (-1 for the rest) is parked as int32 in the first N slots of the image's own
    ``dest`` row (N int64 = 2N int32), so the op needs no workspace;
-2. for blocks of rows, the cosine against every crucial column (fp32, exact products) and
+2. for blocks of rows, the cosine against every crucial column (fp32, ieee products) and
    the slot of the best one (crucial slots grow with the index, so the smallest slot among
    equal maxima is the first index), parked in int32 slots [N, 2N);
 3. dest = own slot if kept, else the best crucial token's slot; written once all reads are done.
@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from deploytk.kernels.tome_match import _unit_rows
-from deploytk.kernels.topk_select import kept_tokens
+from deploytk.kernels.topk_select import kept_tokens, rank_block
 
 
 @triton.jit
@@ -25,13 +25,13 @@ def crucial_match_kernel(
     metric_ptr, scores_ptr,  # inputs: metric [B, N, D], scores [B, N]
     N, D, KEEP, PROTECTED,
     dest_ptr,  # output: dest [B, N] int64
-    BLOCK_N: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     row0 = tl.program_id(0).to(tl.int64) * N
     scratch = (dest_ptr + row0).to(tl.pointer_type(tl.int32))
 
     # 1. crucial tokens' slots
-    i, kept, slot = kept_tokens(scores_ptr + row0, N, KEEP, PROTECTED, BLOCK_N, BLOCK_J)
+    i, kept, slot = kept_tokens(scores_ptr + row0, N, KEEP, PROTECTED, BLOCK_N, BLOCK_R)
     tl.store(scratch + i, tl.where(kept & (i >= PROTECTED), slot, -1), mask=i < N)
     tl.debug_barrier()
 
@@ -72,7 +72,9 @@ def crucial_match_kernel(
 
 
 def config(tokens: int, channels: int) -> dict:
-    return {"BLOCK_N": max(16, triton.next_power_of_2(tokens)), "BLOCK_I": 32, "BLOCK_J": 32, "BLOCK_D": 32 if channels >= 32 else 16}
+    """BLOCK_R: the ranking's column step; BLOCK_I x BLOCK_J: the cosine tiles (tl.dot needs >= 16)."""
+    block_n = max(16, triton.next_power_of_2(tokens))
+    return {"BLOCK_N": block_n, "BLOCK_R": rank_block(block_n), "BLOCK_I": 32, "BLOCK_J": 32, "BLOCK_D": 32 if channels >= 32 else 16}
 
 
 __all__ = ["crucial_match_kernel", "config"]

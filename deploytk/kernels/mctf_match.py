@@ -1,8 +1,8 @@
 """Triton kernel of ``MctfMatch``: MCTF's multi-criteria bipartite matching -> dest [B, N].
 
 A = even tokens, B = odd tokens; score(a, b) = W_sim * W_info * W_size as in
-``merging.mctf.mctf_scores`` (x^(1/tau) as exp2(log2(x) / tau); a criterion with tau = 0 is
-off), protected A rows and B columns -inf. One program per image, no sort, no atomics:
+``merging.mctf.mctf_scores`` (x^(1/tau) as exp2(log2(x) / tau), exactly x for tau = 1; a
+criterion with tau = 0 is off), protected A rows and B columns -inf. One program per image, no sort, no atomics:
 
 1. each A token's best B partner (first index on ties);
 2. A ranks in (best desc, index asc) order by counting; the first r1 are sources; unmerged
@@ -25,12 +25,18 @@ import triton
 import triton.language as tl
 
 from deploytk.kernels.tome_match import _unit_rows
+from deploytk.kernels.topk_select import rank_block, rank_descending
 
 
 @triton.jit
 def _power(x, E: tl.constexpr):
-    """x ** E for x in [0, 1] (0 ** E = 0)."""
-    return tl.exp2(tl.log2(x) * E)
+    """x ** E for x in [0, 1] (0 ** E = 0); x itself for E = 1 (MCTF's default tau_sim), where
+    the fast exp2/log2 of a compiled kernel would add a few ulp the reference does not have."""
+    if E == 1.0:
+        y = x
+    else:
+        y = tl.exp2(tl.log2(x) * E)
+    return y
 
 
 @triton.jit
@@ -62,25 +68,12 @@ def _scores_tile(
 
 
 @triton.jit
-def _rank(values_ptr, count, v, idx, BLOCK_J: tl.constexpr):
-    """For each (v, idx): how many j in [0, count) come first in (value desc, index asc) order."""
-    rank = tl.zeros(v.shape, dtype=tl.int32)
-    for j0 in range(0, count, BLOCK_J):
-        j = j0 + tl.arange(0, BLOCK_J)
-        j_ok = j < count
-        vj = tl.load(values_ptr + j, mask=j_ok, other=float("-inf"))
-        ahead = (vj[None, :] > v[:, None]) | ((vj[None, :] == v[:, None]) & (j[None, :] < idx[:, None]))
-        rank += tl.sum((ahead & j_ok[None, :]).to(tl.int32), axis=1)
-    return rank
-
-
-@triton.jit
 def mctf_match_kernel(
     metric_ptr, recv_ptr, size_ptr,  # inputs: metric [B, N, D], received [B, N], size [B, N, 1]
     N, D, R, PROTECTED,
     dest_ptr,  # output: dest [B, N] int64
     E_SIM: tl.constexpr, E_INFO: tl.constexpr, E_SIZE: tl.constexpr, BIDIRECTION: tl.constexpr,
-    BLOCK_A: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_J: tl.constexpr,
+    BLOCK_A: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_R: tl.constexpr,
 ):
     row0 = tl.program_id(0).to(tl.int64) * N
     na = (N + 1) // 2
@@ -132,7 +125,7 @@ def mctf_match_kernel(
     a_ok = ia < na
     node_max = tl.load(floats + ia, mask=a_ok, other=float("-inf"))
     node_idx = tl.load(words + na + ia, mask=a_ok, other=0)
-    rank_a = _rank(floats, na, node_max, ia, BLOCK_J)
+    rank_a = rank_descending(floats, 0, na, node_max, ia, BLOCK_R)
     is_src = rank_a < r1
     in_order = tl.cumsum((a_ok & ~is_src).to(tl.int32), axis=0) - 1
     slot_unm = tl.where(PROTECTED > 0, in_order, rank_a - r1)  # protected tokens: original order; else by score
@@ -168,7 +161,7 @@ def mctf_match_kernel(
         tl.debug_barrier()
         node_max_b = tl.load(floats + 2 * na + jb, mask=b_ok, other=float("-inf"))
         partner = tl.load(words + 2 * na + nb + jb, mask=b_ok, other=0)
-        rank_b = _rank(floats + 2 * na, nb, node_max_b, jb, BLOCK_J)
+        rank_b = rank_descending(floats + 2 * na, 0, nb, node_max_b, jb, BLOCK_R)
         partner_slot = tl.load(words + partner, mask=b_ok & (rank_b < r2), other=0)
         slot_b = tl.where(rank_b < r2, partner_slot, n_unm + rank_b - r2)
         tl.debug_barrier()
@@ -203,7 +196,8 @@ def exponent(tau: float) -> float:
 
 def config(tokens: int, channels: int) -> dict:
     block_a = max(16, triton.next_power_of_2((tokens + 1) // 2))
-    return {"BLOCK_A": block_a, "BLOCK_I": 32, "BLOCK_B": 32, "BLOCK_D": 32 if channels >= 32 else 16, "BLOCK_J": 32}
+    return {"BLOCK_A": block_a, "BLOCK_I": 32, "BLOCK_B": 32, "BLOCK_D": 32 if channels >= 32 else 16, "BLOCK_J": 32,
+            "BLOCK_R": rank_block(block_a)}
 
 
 def num_warps(cfg: dict) -> int:

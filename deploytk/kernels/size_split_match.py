@@ -4,7 +4,7 @@ into the larger half, the ``r`` best-matched small tokens merge, everything else
 One program per image, four phases separated by barriers, with no sort:
 1. each candidate's rank in (size asc, index asc) order -- a stable argsort's -- by counting;
    rank < ceil(M/2) puts it in the small half A (M = N - protected);
-2. for blocks of A rows, the cosine (fp32, exact products) against every B column and the
+2. for blocks of A rows, the cosine (fp32, ieee products) against every B column and the
    best one, ties to the lower size rank (ONNX ArgMax over the rank-ordered half);
 3. the r sources: A tokens in (best score desc, size rank asc) order, counted; the r-th
    is the pivot, so "is k a source" is a comparison that any thread can make from memory;
@@ -20,6 +20,7 @@ import triton
 import triton.language as tl
 
 from deploytk.kernels.tome_match import _unit_rows
+from deploytk.kernels.topk_select import rank_block
 
 
 @triton.jit
@@ -27,7 +28,7 @@ def size_split_match_kernel(
     metric_ptr, size_ptr,  # inputs: metric [B, N, D], size [B, N, 1]
     N, D, R, PROTECTED,
     dest_ptr,  # output: dest [B, N] int64
-    BLOCK_N: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     row0 = tl.program_id(0).to(tl.int64) * N
     packed = (dest_ptr + row0).to(tl.pointer_type(tl.int32))  # [0, N): rank | target << 16
@@ -39,8 +40,8 @@ def size_split_match_kernel(
     cand = (i >= PROTECTED) & (i < N)
     size = tl.load(size_ptr + row0 + i, mask=cand, other=0.0).to(tl.float32)
     rank = tl.zeros((BLOCK_N,), dtype=tl.int32)
-    for j0 in range(PROTECTED, N, BLOCK_J):
-        j = j0 + tl.arange(0, BLOCK_J)
+    for j0 in range(PROTECTED, N, BLOCK_R):
+        j = j0 + tl.arange(0, BLOCK_R)
         j_ok = j < N
         sj = tl.load(size_ptr + row0 + j, mask=j_ok, other=0.0).to(tl.float32)
         before = (sj[None, :] < size[:, None]) | ((sj[None, :] == size[:, None]) & (j[None, :] < i[:, None]))
@@ -91,8 +92,8 @@ def size_split_match_kernel(
     score = tl.load(best_score + i, mask=cand, other=float("-inf"))
     is_a = cand & (rank < na)
     src_rank = tl.zeros((BLOCK_N,), dtype=tl.int32)
-    for j0 in range(PROTECTED, N, BLOCK_J):
-        j = j0 + tl.arange(0, BLOCK_J)
+    for j0 in range(PROTECTED, N, BLOCK_R):
+        j = j0 + tl.arange(0, BLOCK_R)
         j_ok = j < N
         rank_j = tl.load(packed + j, mask=j_ok, other=0) & 0xFFFF
         score_j = tl.load(best_score + j, mask=j_ok, other=float("-inf"))
@@ -106,8 +107,8 @@ def size_split_match_kernel(
     # 4. slots: kept tokens in order; a source takes its target's slot
     slot = tl.cumsum((~is_src & (i < N)).to(tl.int32), axis=0) - 1
     src_before = tl.zeros((BLOCK_N,), dtype=tl.int32)
-    for j0 in range(PROTECTED, N, BLOCK_J):
-        j = j0 + tl.arange(0, BLOCK_J)
+    for j0 in range(PROTECTED, N, BLOCK_R):
+        j = j0 + tl.arange(0, BLOCK_R)
         j_ok = j < N
         rank_j = tl.load(packed + j, mask=j_ok, other=0) & 0xFFFF
         score_j = tl.load(best_score + j, mask=j_ok, other=float("-inf"))
@@ -119,7 +120,9 @@ def size_split_match_kernel(
 
 
 def config(tokens: int, channels: int) -> dict:
-    return {"BLOCK_N": max(16, triton.next_power_of_2(tokens)), "BLOCK_I": 32, "BLOCK_J": 32, "BLOCK_D": 32 if channels >= 32 else 16}
+    """BLOCK_R: the counting loops' column step; BLOCK_I x BLOCK_J: the cosine tiles (tl.dot needs >= 16)."""
+    block_n = max(16, triton.next_power_of_2(tokens))
+    return {"BLOCK_N": block_n, "BLOCK_R": rank_block(block_n), "BLOCK_I": 32, "BLOCK_J": 32, "BLOCK_D": 32 if channels >= 32 else 16}
 
 
 __all__ = ["size_split_match_kernel", "config"]
