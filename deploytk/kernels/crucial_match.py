@@ -16,7 +16,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from deploytk.kernels.tome_match import _unit_rows
+from deploytk.kernels.tome_match import _unit_rows, cosine_tile, running_argmax
 from deploytk.kernels.topk_select import kept_tokens, rank_block
 
 
@@ -48,19 +48,9 @@ def crucial_match_kernel(
             col_slot = tl.load(scratch + jj, mask=j_ok, other=-1)
             crucial = col_slot >= 0
             inv_j = _unit_rows(metric_ptr, row0, jj, crucial, D, BLOCK_D, BLOCK_J)
-            s = tl.zeros((BLOCK_I, BLOCK_J), dtype=tl.float32)
-            for d0 in range(0, D, BLOCK_D):
-                d = d0 + tl.arange(0, BLOCK_D)
-                d_ok = d[None, :] < D
-                vi = tl.load(metric_ptr + (row0 + ii[:, None]) * D + d[None, :], mask=i_ok[:, None] & d_ok, other=0.0).to(tl.float32)
-                vj = tl.load(metric_ptr + (row0 + jj[:, None]) * D + d[None, :], mask=crucial[:, None] & d_ok, other=0.0).to(tl.float32)
-                s += tl.dot(vi * inv_i[:, None], tl.trans(vj * inv_j[:, None]), input_precision="ieee")
+            s = cosine_tile(metric_ptr, row0, ii, i_ok, inv_i, jj, crucial, inv_j, D, BLOCK_D, BLOCK_I, BLOCK_J)
             s = tl.where(crucial[None, :], s, float("-inf"))
-            chunk_max = tl.max(s, axis=1)
-            chunk_slot = tl.min(tl.where((s == chunk_max[:, None]) & crucial[None, :], col_slot[None, :], 2147483647), axis=1)
-            better = chunk_max > best  # strict: an earlier column keeps a tie
-            best_slot = tl.where(better, chunk_slot, best_slot)
-            best = tl.where(better, chunk_max, best)
+            best, best_slot = running_argmax(s, col_slot, best, best_slot)  # a tile without crucial columns never wins (-inf)
         tl.store(scratch + N + ii, best_slot, mask=i_ok)
     tl.debug_barrier()
 

@@ -56,22 +56,6 @@ def token_aggregate(x: torch.Tensor, weight: torch.Tensor, dest: torch.Tensor, t
     return out
 
 
-def tome_match(metric: torch.Tensor, r: int, protected: int, sort_unmerged: bool) -> torch.Tensor:
-    from deploytk.kernels import tome_match as k
-    from deploytk.ops.tome_match import check_tome_match_args
-
-    check_tome_match_args(metric, r, protected)
-    _check_dtype("tome_match", metric)
-    _check_device(metric)
-    b, n, d = metric.shape
-    dest = torch.empty(b, n, dtype=torch.int64, device=metric.device)
-    if dest.numel() == 0:
-        return dest
-    cfg = k.config(n, d)
-    k.tome_match_kernel[k.grid(b)](metric.contiguous(), n, d, r, protected, dest, SORT_UNMERGED=bool(sort_unmerged), num_warps=k.num_warps(cfg), **cfg)
-    return dest
-
-
 def proportional_attention(q, k, v, size, scale: float) -> torch.Tensor:
     from deploytk.kernels import proportional_attention as pa
     from deploytk.ops.proportional_attention import check_attention_args
@@ -95,6 +79,7 @@ def proportional_attention(q, k, v, size, scale: float) -> torch.Tensor:
     return out
 
 
+
 def _check_tokens(name: str, tokens: int) -> None:
     from deploytk.kernels.topk_select import MAX_TOKENS
 
@@ -102,10 +87,27 @@ def _check_tokens(name: str, tokens: int) -> None:
         raise DeploytkError(f"{name}: the kernel holds an image's tokens in registers and supports up to {MAX_TOKENS} tokens; got {tokens}.")
 
 
-def _one_program_per_image(kernel, dest, args, ints, cfg, warps: int):
+def _matching_kernel(name: str, kernel, inputs: list, ints: list, cfg: dict, warps: int) -> torch.Tensor:
+    """What every matching launcher ends with: dtype, token-count and device checks, then one program per image -> dest [B, N]."""
+    for t in inputs:
+        _check_dtype(name, t)
+    b, n = inputs[0].shape[:2]
+    _check_tokens(name, n)
+    _check_device(*inputs)
+    dest = torch.empty(b, n, dtype=torch.int64, device=inputs[0].device)
     if dest.numel():
-        kernel[(dest.shape[0],)](*[a.contiguous() for a in args], *ints, dest, num_warps=warps, **cfg)
+        kernel[(b,)](*[t.contiguous() for t in inputs], *ints, dest, num_warps=warps, **cfg)
     return dest
+
+
+def tome_match(metric: torch.Tensor, r: int, protected: int, sort_unmerged: bool) -> torch.Tensor:
+    from deploytk.kernels import tome_match as k
+    from deploytk.ops.tome_match import check_tome_match_args
+
+    check_tome_match_args(metric, r, protected)
+    _, n, d = metric.shape
+    cfg = {**k.config(n, d), "SORT_UNMERGED": bool(sort_unmerged)}
+    return _matching_kernel("tome_match", k.tome_match_kernel, [metric], [n, d, r, protected], cfg, k.num_warps(cfg))
 
 
 def topk_select(scores: torch.Tensor, keep: int, protected: int) -> torch.Tensor:
@@ -113,13 +115,9 @@ def topk_select(scores: torch.Tensor, keep: int, protected: int) -> torch.Tensor
     from deploytk.ops.attention_select import check_select_args
 
     check_select_args("topk_select", scores, keep, protected)
-    _check_dtype("topk_select", scores)
-    b, n = scores.shape
-    _check_tokens("topk_select", n)
-    _check_device(scores)
+    n = scores.shape[1]
     cfg = k.config(n)
-    dest = torch.empty(b, n, dtype=torch.int64, device=scores.device)
-    return _one_program_per_image(k.topk_select_kernel, dest, [scores], [n, keep, protected], cfg, k.num_warps(cfg))
+    return _matching_kernel("topk_select", k.topk_select_kernel, [scores], [n, keep, protected], cfg, k.num_warps(cfg))
 
 
 def crucial_match(metric: torch.Tensor, scores: torch.Tensor, keep: int, protected: int) -> torch.Tensor:
@@ -128,14 +126,9 @@ def crucial_match(metric: torch.Tensor, scores: torch.Tensor, keep: int, protect
     from deploytk.ops.attention_select import check_select_args
 
     check_select_args("crucial_match", scores, keep, protected, metric)
-    _check_dtype("crucial_match", metric)
-    _check_dtype("crucial_match", scores)
-    b, n, d = metric.shape
-    _check_tokens("crucial_match", n)
-    _check_device(metric, scores)
+    _, n, d = metric.shape
     cfg = k.config(n, d)
-    dest = torch.empty(b, n, dtype=torch.int64, device=metric.device)
-    return _one_program_per_image(k.crucial_match_kernel, dest, [metric, scores], [n, d, keep, protected], cfg, num_warps(cfg))
+    return _matching_kernel("crucial_match", k.crucial_match_kernel, [metric, scores], [n, d, keep, protected], cfg, num_warps(cfg))
 
 
 def size_split_match(metric: torch.Tensor, size: torch.Tensor, r: int, protected: int) -> torch.Tensor:
@@ -145,14 +138,9 @@ def size_split_match(metric: torch.Tensor, size: torch.Tensor, r: int, protected
 
     n = metric.shape[1] if metric.dim() == 3 else 0
     check_match_args("size_split_match", metric, {"size": size}, r, protected, (n - protected) // 2)
-    _check_dtype("size_split_match", metric)
-    _check_dtype("size_split_match", size)
-    b, n, d = metric.shape
-    _check_tokens("size_split_match", n)
-    _check_device(metric, size)
+    d = metric.shape[2]
     cfg = k.config(n, d)
-    dest = torch.empty(b, n, dtype=torch.int64, device=metric.device)
-    return _one_program_per_image(k.size_split_match_kernel, dest, [metric, size], [n, d, r, protected], cfg, num_warps(cfg))
+    return _matching_kernel("size_split_match", k.size_split_match_kernel, [metric, size], [n, d, r, protected], cfg, num_warps(cfg))
 
 
 def mctf_match(metric, received, size, r: int, protected: int, tau_sim: float, tau_info: float, tau_size: float, bidirection: bool):
@@ -161,16 +149,10 @@ def mctf_match(metric, received, size, r: int, protected: int, tau_sim: float, t
 
     n = metric.shape[1] if metric.dim() == 3 else 0
     check_match_args("mctf_match", metric, {"received": received, "size": size}, r, protected, (n - protected) // 2)
-    for t in (metric, received, size):
-        _check_dtype("mctf_match", t)
-    b, n, d = metric.shape
-    _check_tokens("mctf_match", n)
-    _check_device(metric, received, size)
+    d = metric.shape[2]
     cfg = {**k.config(n, d), "E_SIM": k.exponent(tau_sim), "E_INFO": k.exponent(tau_info), "E_SIZE": k.exponent(tau_size),
            "BIDIRECTION": bool(bidirection)}
-    dest = torch.empty(b, n, dtype=torch.int64, device=metric.device)
-    return _one_program_per_image(k.mctf_match_kernel, dest, [metric, received, size], [n, d, r, protected], cfg, k.num_warps(cfg))
-
+    return _matching_kernel("mctf_match", k.mctf_match_kernel, [metric, received, size], [n, d, r, protected], cfg, k.num_warps(cfg))
 
 def register_cuda_kernels() -> None:
     """Make the Triton kernels the CUDA implementation of the deploytk torch ops (a fast PyTorch GPU path)."""

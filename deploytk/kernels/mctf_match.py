@@ -24,7 +24,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from deploytk.kernels.tome_match import _unit_rows
+from deploytk.kernels.tome_match import _unit_rows, cosine_tile, running_argmax
 from deploytk.kernels.topk_select import rank_block, rank_descending
 
 
@@ -45,13 +45,7 @@ def _scores_tile(
     E_SIM: tl.constexpr, E_INFO: tl.constexpr, E_SIZE: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr,
 ):
     """MCTF scores of A tokens ``a`` (token 2a) x B tokens ``bb`` (token 2bb+1); -inf where blocked or out of range."""
-    cos = tl.zeros((ROWS, COLS), dtype=tl.float32)
-    for d0 in range(0, D, BLOCK_D):
-        d = d0 + tl.arange(0, BLOCK_D)
-        d_ok = d[None, :] < D
-        va = tl.load(metric_ptr + (row0 + 2 * a[:, None]) * D + d[None, :], mask=a_ok[:, None] & d_ok, other=0.0).to(tl.float32)
-        vb = tl.load(metric_ptr + (row0 + 2 * bb[:, None] + 1) * D + d[None, :], mask=b_ok[:, None] & d_ok, other=0.0).to(tl.float32)
-        cos += tl.dot(va * inv_a[:, None], tl.trans(vb * inv_b[:, None]), input_precision="ieee")
+    cos = cosine_tile(metric_ptr, row0, 2 * a, a_ok, inv_a, 2 * bb + 1, b_ok, inv_b, D, BLOCK_D, ROWS, COLS)
     w = tl.full((ROWS, COLS), 1.0, tl.float32)
     if E_SIM > 0:
         w = _power((cos + 1.0) / 2.0, E_SIM)
@@ -111,11 +105,7 @@ def mctf_match_kernel(
             inv_b = _unit_rows(metric_ptr, row0, 2 * bb + 1, b_ok, D, BLOCK_D, BLOCK_B)
             s = _scores_tile(metric_ptr, recv_ptr, size_ptr, row0, a, a_ok, inv_a, bb, b_ok, inv_b, D, pa, pb, info_max, inv_max,
                              E_SIM, E_INFO, E_SIZE, BLOCK_D, BLOCK_I, BLOCK_B)
-            chunk_max = tl.max(s, axis=1)
-            chunk_idx = tl.min(tl.where(s == chunk_max[:, None], bb[None, :], 2147483647), axis=1)
-            better = chunk_max > best  # strict: an earlier column keeps a tie
-            best_idx = tl.where(better, chunk_idx, best_idx)
-            best = tl.where(better, chunk_max, best)
+            best, best_idx = running_argmax(s, bb, best, best_idx)
         tl.store(floats + a, best, mask=a_ok)
         tl.store(words + na + a, best_idx, mask=a_ok)
     tl.debug_barrier()
@@ -151,11 +141,7 @@ def mctf_match_kernel(
                                  E_SIM, E_INFO, E_SIZE, BLOCK_D, BLOCK_I, BLOCK_B)
                 source = tl.load(words + a, mask=aa_ok, other=-1) < 0
                 s = tl.where(source[:, None], float("-inf"), s)  # B merges into unmerged A tokens only
-                chunk_max = tl.max(s, axis=0)
-                chunk_idx = tl.min(tl.where(s == chunk_max[None, :], a[:, None], 2147483647), axis=0)
-                better = chunk_max > best
-                best_idx = tl.where(better, chunk_idx, best_idx)
-                best = tl.where(better, chunk_max, best)
+                best, best_idx = running_argmax(tl.trans(s), a, best, best_idx)  # along A: the same tiles, transposed
             tl.store(floats + 2 * na + bb, best, mask=bb_ok)
             tl.store(words + 2 * na + nb + bb, best_idx, mask=bb_ok)
         tl.debug_barrier()

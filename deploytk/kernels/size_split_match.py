@@ -19,8 +19,17 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from deploytk.kernels.tome_match import _unit_rows
-from deploytk.kernels.topk_select import rank_block
+from deploytk.kernels.tome_match import _unit_rows, cosine_tile
+from deploytk.kernels.crucial_match import config  # the same tiles: every token in registers, 32 x 32 cosines
+
+
+@triton.jit
+def _small_half(packed, best_score, j, N, na):
+    """Tokens j from the scratch: (in the small half A, size rank, best score)."""
+    j_ok = j < N
+    rank_j = tl.load(packed + j, mask=j_ok, other=0) & 0xFFFF
+    score_j = tl.load(best_score + j, mask=j_ok, other=float("-inf"))
+    return j_ok & (rank_j < na), rank_j, score_j
 
 
 @triton.jit
@@ -65,13 +74,7 @@ def size_split_match_kernel(
             rank_j = tl.load(packed + jj, mask=j_ok, other=0) & 0xFFFF
             is_b = j_ok & (rank_j >= na)
             inv_j = _unit_rows(metric_ptr, row0, jj, is_b, D, BLOCK_D, BLOCK_J)
-            s = tl.zeros((BLOCK_I, BLOCK_J), dtype=tl.float32)
-            for d0 in range(0, D, BLOCK_D):
-                d = d0 + tl.arange(0, BLOCK_D)
-                d_ok = d[None, :] < D
-                vi = tl.load(metric_ptr + (row0 + ii[:, None]) * D + d[None, :], mask=is_a[:, None] & d_ok, other=0.0).to(tl.float32)
-                vj = tl.load(metric_ptr + (row0 + jj[:, None]) * D + d[None, :], mask=is_b[:, None] & d_ok, other=0.0).to(tl.float32)
-                s += tl.dot(vi * inv_i[:, None], tl.trans(vj * inv_j[:, None]), input_precision="ieee")
+            s = cosine_tile(metric_ptr, row0, ii, is_a, inv_i, jj, is_b, inv_j, D, BLOCK_D, BLOCK_I, BLOCK_J)
             s = tl.where(is_b[None, :], s, float("-inf"))
             chunk_max = tl.max(s, axis=1)
             top = (s == chunk_max[:, None]) & is_b[None, :]
@@ -94,11 +97,9 @@ def size_split_match_kernel(
     src_rank = tl.zeros((BLOCK_N,), dtype=tl.int32)
     for j0 in range(PROTECTED, N, BLOCK_R):
         j = j0 + tl.arange(0, BLOCK_R)
-        j_ok = j < N
-        rank_j = tl.load(packed + j, mask=j_ok, other=0) & 0xFFFF
-        score_j = tl.load(best_score + j, mask=j_ok, other=float("-inf"))
+        in_a, rank_j, score_j = _small_half(packed, best_score, j, N, na)
         ahead = (score_j[None, :] > score[:, None]) | ((score_j[None, :] == score[:, None]) & (rank_j[None, :] < rank[:, None]))
-        src_rank += tl.sum((ahead & (j_ok & (rank_j < na))[None, :]).to(tl.int32), axis=1)
+        src_rank += tl.sum((ahead & in_a[None, :]).to(tl.int32), axis=1)
     is_src = is_a & (src_rank < R)
     pivot = is_a & (src_rank == R - 1)
     p_score = tl.max(tl.where(pivot, score, float("-inf")), axis=0)
@@ -109,20 +110,12 @@ def size_split_match_kernel(
     src_before = tl.zeros((BLOCK_N,), dtype=tl.int32)
     for j0 in range(PROTECTED, N, BLOCK_R):
         j = j0 + tl.arange(0, BLOCK_R)
-        j_ok = j < N
-        rank_j = tl.load(packed + j, mask=j_ok, other=0) & 0xFFFF
-        score_j = tl.load(best_score + j, mask=j_ok, other=float("-inf"))
-        src_j = j_ok & (rank_j < na) & ((score_j > p_score) | ((score_j == p_score) & (rank_j <= p_rank)))
+        in_a, rank_j, score_j = _small_half(packed, best_score, j, N, na)
+        src_j = in_a & ((score_j > p_score) | ((score_j == p_score) & (rank_j <= p_rank)))
         src_before += tl.sum((src_j[None, :] & (j[None, :] < target[:, None])).to(tl.int32), axis=1)
     dest = tl.where(is_src, target - src_before, slot)
     tl.debug_barrier()  # every thread has read the scratch before it is overwritten
     tl.store(dest_ptr + row0 + i, dest.to(tl.int64), mask=i < N)
-
-
-def config(tokens: int, channels: int) -> dict:
-    """BLOCK_R: the counting loops' column step; BLOCK_I x BLOCK_J: the cosine tiles (tl.dot needs >= 16)."""
-    block_n = max(16, triton.next_power_of_2(tokens))
-    return {"BLOCK_N": block_n, "BLOCK_R": rank_block(block_n), "BLOCK_I": 32, "BLOCK_J": 32, "BLOCK_D": 32 if channels >= 32 else 16}
 
 
 __all__ = ["size_split_match_kernel", "config"]

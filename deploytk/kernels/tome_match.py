@@ -36,6 +36,30 @@ def _unit_rows(metric_ptr, row0, tok, ok, D, BLOCK_D: tl.constexpr, ROWS: tl.con
 
 
 @triton.jit
+def cosine_tile(metric_ptr, row0, rows, rows_ok, inv_rows, cols, cols_ok, inv_cols, D,
+                BLOCK_D: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr):
+    """[ROWS, COLS] cosines of token rows x token columns (fp32, ieee products); 0 where masked."""
+    s = tl.zeros((ROWS, COLS), dtype=tl.float32)
+    for d0 in range(0, D, BLOCK_D):
+        d = d0 + tl.arange(0, BLOCK_D)
+        d_ok = d[None, :] < D
+        vr = tl.load(metric_ptr + (row0 + rows[:, None]) * D + d[None, :], mask=rows_ok[:, None] & d_ok, other=0.0).to(tl.float32)
+        vc = tl.load(metric_ptr + (row0 + cols[:, None]) * D + d[None, :], mask=cols_ok[:, None] & d_ok, other=0.0).to(tl.float32)
+        s += tl.dot(vr * inv_rows[:, None], tl.trans(vc * inv_cols[:, None]), input_precision="ieee")
+    return s
+
+
+@triton.jit
+def running_argmax(s, cols, best, best_idx):
+    """Fold a [rows, cols] score tile into each row's running (max, index of the max): the first
+    column on ties within the tile, and an earlier tile keeps a tie (ONNX ArgMax / torch.max)."""
+    chunk_max = tl.max(s, axis=1)
+    chunk_idx = tl.min(tl.where(s == chunk_max[:, None], cols[None, :], 2147483647), axis=1)
+    better = chunk_max > best
+    return tl.where(better, chunk_max, best), tl.where(better, chunk_idx, best_idx)
+
+
+@triton.jit
 def tome_match_kernel(
     metric_ptr,  # input: metric [B, N, D]
     N, D, R, PROTECTED,  # tokens, metric channels, tokens merged away, protected prefix
@@ -64,20 +88,10 @@ def tome_match_kernel(
             jb = j0 + tl.arange(0, BLOCK_B)
             b_ok = jb < nb
             inv_b = _unit_rows(metric_ptr, row0, 2 * jb + 1, b_ok, D, BLOCK_D, BLOCK_B)
-            s = tl.zeros((BLOCK_I, BLOCK_B), dtype=tl.float32)
-            for d0 in range(0, D, BLOCK_D):
-                d = d0 + tl.arange(0, BLOCK_D)
-                d_ok = d[None, :] < D
-                va = tl.load(metric_ptr + (row0 + 2 * ii[:, None]) * D + d[None, :], mask=i_ok[:, None] & d_ok, other=0.0).to(tl.float32)
-                vb = tl.load(metric_ptr + (row0 + 2 * jb[:, None] + 1) * D + d[None, :], mask=b_ok[:, None] & d_ok, other=0.0).to(tl.float32)
-                s += tl.dot(va * inv_a[:, None], tl.trans(vb * inv_b[:, None]), input_precision="ieee")
+            s = cosine_tile(metric_ptr, row0, 2 * ii, i_ok, inv_a, 2 * jb + 1, b_ok, inv_b, D, BLOCK_D, BLOCK_I, BLOCK_B)
             allowed = (ii[:, None] >= pa) & b_ok[None, :] & (jb[None, :] >= pb)  # protected A rows / B columns: -inf
             s = tl.where(allowed, s, float("-inf"))
-            chunk_max = tl.max(s, axis=1)
-            chunk_idx = tl.min(tl.where(s == chunk_max[:, None], jb[None, :], 2147483647), axis=1)
-            better = chunk_max > best  # strict: an earlier column keeps a tie
-            best_idx = tl.where(better, chunk_idx, best_idx)
-            best = tl.where(better, chunk_max, best)
+            best, best_idx = running_argmax(s, jb, best, best_idx)
         tl.store(scratch + ii, best, mask=i_ok)
         tl.store(scratch_idx + ii, best_idx, mask=i_ok)
     tl.debug_barrier()
@@ -144,4 +158,4 @@ def grid(batch) -> tuple:
     return (batch, 1, 1)
 
 
-__all__ = ["tome_match_kernel", "config", "num_warps", "grid"]
+__all__ = ["tome_match_kernel", "cosine_tile", "running_argmax", "config", "num_warps", "grid"]
