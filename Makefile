@@ -33,9 +33,10 @@ test-all: install
 	$(BIN)/python -m pytest -q
 
 # On a CUDA GPU: native kernel selftest, kernel-vs-bandwidth and end-to-end latency, JSON under benchmarks/results/.
+METHOD_CONFIGS := export_configs/deit_small_mctf_r16.yaml,export_configs/deit_small_atm_calibrated.yaml,export_configs/deit_small_evit_k70.yaml,export_configs/deit_small_crucial_k70.yaml
 gpu-bench: install
 	$(BIN)/deploytk selftest --json > benchmarks/results/selftest_gpu.json; rc=$$?; cat benchmarks/results/selftest_gpu.json | head -c 400; echo; \
-	  $(BIN)/python benchmarks/kernel_bandwidth.py && $(BIN)/python benchmarks/end_to_end_latency.py && exit $$rc
+	  $(BIN)/python benchmarks/kernel_bandwidth.py && $(BIN)/python benchmarks/end_to_end_latency.py --configs $(METHOD_CONFIGS) && exit $$rc
 
 clean:
 	rm -rf artifacts .pytest_cache

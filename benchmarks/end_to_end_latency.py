@@ -8,7 +8,10 @@ timed forward passes of
 - ``tome``: ToMe r=16 with proportional attention: deploytk's ToMeMatch, TokenAggregate and
   ProportionalAttention run as Triton kernels (the CUDA implementation of the torch ops);
 - ``tome_sdpa``: the same merge schedule with plain fused attention (no size bias), which
-  separates the merge's cost from the attention kernel's.
+  separates the merge's cost from the attention kernel's;
+- with ``--configs``: each export config's merge section (MCTF, ATM, EViT, ...) on the same
+  weights, named by the config's method part (``deit_small_mctf_r16.yaml`` -> ``mctf_r16``);
+  its matching op runs as its Triton kernel too.
 
 Speedups are ratios of medians measured in the same run. Writes
 benchmarks/results/end_to_end_latency_<gpu>.json.
@@ -36,24 +39,29 @@ def parse_args(argv=None):
     p.add_argument("--models", default="vit_base_patch16_224,deit_small_patch16_224")
     p.add_argument("--r", type=int, default=16)
     p.add_argument("--batch", default="1,8,64", help="Comma-separated batch sizes.")
+    p.add_argument("--configs", default="", help="Comma-separated export configs whose merge section is also timed on each model.")
     add_run_arguments(p, warmup=10, iterations=50, smoke="DeiT-Tiny, batch 1, 1 iteration on the CPU: checks the script, measures nothing.")
     return p.parse_args(argv)
 
 
-def variants(model_name: str, r: int) -> dict:
-    """dense timm model and the two merged references built from the same weights."""
-    from deploytk.config import DeployConfig
+def variants(model_name: str, r: int, configs: list[Path] = ()) -> dict:
+    """dense timm model and the merged references built from the same weights."""
+    from deploytk.config import DeployConfig, load_config
     from deploytk.models import build_reference, create_vit
 
-    def cfg(prop_attn: bool):
-        return DeployConfig.model_validate({"model": model_name, "merge": {"method": "tome", "r": r, "prop_attn": prop_attn}})
+    def cfg(merge: dict):
+        return DeployConfig.model_validate({"model": model_name, "merge": merge})
 
-    dense = create_vit(cfg(True))
-    return {
+    dense = create_vit(cfg({"method": "tome", "r": r}))
+    nets = {
         "dense": dense,
-        "tome": build_reference(cfg(True), copy.deepcopy(dense)),
-        "tome_sdpa": build_reference(cfg(False), copy.deepcopy(dense)),
+        "tome": build_reference(cfg({"method": "tome", "r": r, "prop_attn": True}), copy.deepcopy(dense)),
+        "tome_sdpa": build_reference(cfg({"method": "tome", "r": r, "prop_attn": False}), copy.deepcopy(dense)),
     }
+    for path in configs:
+        merge = load_config(path).merge.model_dump()
+        nets[path.stem.split("_", 2)[-1]] = build_reference(cfg(merge), copy.deepcopy(dense))
+    return nets
 
 
 def main(argv=None) -> dict:
@@ -67,8 +75,9 @@ def main(argv=None) -> dict:
         device, models, batches = "cuda", args.models.split(","), [int(v) for v in args.batch.split(",")]
     dtype = DTYPES[args.dtype]
     rows = []
+    configs = [Path(c) for c in args.configs.split(",") if c]
     for name in models:
-        nets = {key: m.to(device, dtype).eval() for key, m in variants(name, args.r).items()}
+        nets = {key: m.to(device, dtype).eval() for key, m in variants(name, args.r, configs).items()}
         schedule = nets["tome"].schedule
         for batch in batches:
             x = torch.randn(batch, 3, 224, 224, device=device, dtype=dtype)
@@ -78,10 +87,10 @@ def main(argv=None) -> dict:
                     ms[key] = median(time_ms(lambda net=net: net(x), device, args.warmup, args.iterations))
             row = {"model": name, "batch": batch, "dtype": args.dtype, "r": args.r, "tokens_per_layer": schedule.tokens,
                    "median_ms": {k: round(v, 3) for k, v in ms.items()},
-                   "speedup_tome": round(ms["dense"] / ms["tome"], 3), "speedup_tome_sdpa": round(ms["dense"] / ms["tome_sdpa"], 3)}
+                   **{f"speedup_{k}": round(ms["dense"] / v, 3) for k, v in ms.items() if k != "dense"}}
             rows.append(row)
-            print(f"{name:26s} b={batch:<3d} dense {ms['dense']:8.3f} ms  tome {ms['tome']:8.3f} ms ({row['speedup_tome']:.2f}x)"
-                  f"  tome+sdpa {ms['tome_sdpa']:8.3f} ms ({row['speedup_tome_sdpa']:.2f}x)")
+            merged = "  ".join(f"{k} {v:8.3f} ms ({ms['dense'] / v:.2f}x)" for k, v in ms.items() if k != "dense")
+            print(f"{name:26s} b={batch:<3d} dense {ms['dense']:8.3f} ms  {merged}")
         del nets
     payload = {"environment": device_facts(device), "smoke": args.smoke, "warmup": args.warmup, "iterations": args.iterations, "results": rows}
     write_result("end_to_end_latency", payload, args.output)

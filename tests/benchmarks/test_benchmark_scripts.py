@@ -9,9 +9,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_script(name: str, out: Path, interpret: bool):
+def run_script(name: str, out: Path, interpret: bool, *extra: str):
     env = {**os.environ, "TRITON_INTERPRET": "1" if interpret else "0"}
-    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / name), "--smoke", "--output", str(out)],
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / name), "--smoke", "--output", str(out), *extra],
                             capture_output=True, text=True, env=env, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(out.read_text()), result.stdout
@@ -37,10 +37,12 @@ def test_kernel_bandwidth_smoke_needs_the_interpreter(tmp_path):
 
 
 def test_end_to_end_latency_smoke(tmp_path):
-    report, stdout = run_script("end_to_end_latency.py", tmp_path / "e.json", interpret=False)
+    configs = "export_configs/deit_tiny_mctf_r8.yaml,export_configs/deit_tiny_evit_k70.yaml"
+    report, stdout = run_script("end_to_end_latency.py", tmp_path / "e.json", False, "--configs", configs)
     (row,) = report["results"]
     assert row["model"] == "deit_tiny_patch16_224" and row["batch"] == 1
-    assert set(row["median_ms"]) == {"dense", "tome", "tome_sdpa"}
+    assert set(row["median_ms"]) == {"dense", "tome", "tome_sdpa", "mctf_r8", "evit_k70"}
+    assert abs(row["speedup_mctf_r8"] - row["median_ms"]["dense"] / row["median_ms"]["mctf_r8"]) < 0.01 * row["speedup_mctf_r8"] + 1e-3
     assert row["tokens_per_layer"] == [197 - 16 * i for i in range(12)]
     assert abs(row["speedup_tome"] - row["median_ms"]["dense"] / row["median_ms"]["tome"]) < 0.01 * row["speedup_tome"] + 1e-3
     assert "command" in report and "end_to_end_latency.py" in report["command"]
