@@ -90,9 +90,7 @@ def mctf_match_variant(dtype: str, tokens: int, channels: int, tau_sim: float, t
 
     p = POINTER[dtype]
     sig = {"metric_ptr": p, "recv_ptr": p, "size_ptr": p, "N": "i32", "D": "i32", "R": "i32", "PROTECTED": "i32", "dest_ptr": "*i64"}
-    consts = {"E_SIM": k.exponent(tau_sim), "E_INFO": k.exponent(tau_info), "E_SIZE": k.exponent(tau_size),
-              "BIDIRECTION": bool(bidirection), **k.config(tokens, channels)}
-    return KernelVariant("MctfMatch", dtype, consts, sig)
+    return KernelVariant("MctfMatch", dtype, k.constants(tokens, channels, tau_sim, tau_info, tau_size, bidirection), sig)
 
 
 def _num_warps(variant: KernelVariant) -> int:

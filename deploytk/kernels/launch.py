@@ -150,8 +150,7 @@ def mctf_match(metric, received, size, r: int, protected: int, tau_sim: float, t
     n = metric.shape[1] if metric.dim() == 3 else 0
     check_match_args("mctf_match", metric, {"received": received, "size": size}, r, protected, (n - protected) // 2)
     d = metric.shape[2]
-    cfg = {**k.config(n, d), "E_SIM": k.exponent(tau_sim), "E_INFO": k.exponent(tau_info), "E_SIZE": k.exponent(tau_size),
-           "BIDIRECTION": bool(bidirection)}
+    cfg = k.constants(n, d, tau_sim, tau_info, tau_size, bidirection)
     return _matching_kernel("mctf_match", k.mctf_match_kernel, [metric, received, size], [n, d, r, protected], cfg, k.num_warps(cfg))
 
 def register_cuda_kernels() -> None:

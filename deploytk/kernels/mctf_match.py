@@ -186,8 +186,14 @@ def config(tokens: int, channels: int) -> dict:
             "BLOCK_R": rank_block(block_a)}
 
 
+def constants(tokens: int, channels: int, tau_sim: float, tau_info: float, tau_size: float, bidirection: bool) -> dict:
+    """Every compile-time constant of one kernel variant (the torch launcher and the AOT plugin alike)."""
+    return {"E_SIM": exponent(tau_sim), "E_INFO": exponent(tau_info), "E_SIZE": exponent(tau_size), "BIDIRECTION": bool(bidirection),
+            **config(tokens, channels)}
+
+
 def num_warps(cfg: dict) -> int:
     return 4 if cfg["BLOCK_A"] <= 128 else 8
 
 
-__all__ = ["mctf_match_kernel", "config", "num_warps", "exponent"]
+__all__ = ["mctf_match_kernel", "config", "constants", "num_warps", "exponent"]
