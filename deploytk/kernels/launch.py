@@ -96,7 +96,9 @@ def _matching_kernel(name: str, kernel, inputs: list, ints: list, cfg: dict, war
     _check_device(*inputs)
     dest = torch.empty(b, n, dtype=torch.int64, device=inputs[0].device)
     if dest.numel():
-        kernel[(b,)](*[t.contiguous() for t in inputs], *ints, dest, num_warps=warps, **cfg)
+        from deploytk.kernels.tome_match import grid
+
+        kernel[grid(b)](*[t.contiguous() for t in inputs], *ints, dest, num_warps=warps, **cfg)
     return dest
 
 

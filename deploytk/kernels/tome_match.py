@@ -154,7 +154,7 @@ def num_warps(cfg: dict) -> int:
 
 
 def grid(batch) -> tuple:
-    """One program per image; ``batch`` may be symbolic (TensorRT plugins)."""
+    """One program per image, for every matching kernel; ``batch`` may be symbolic (TensorRT plugins)."""
     return (batch, 1, 1)
 
 

@@ -72,9 +72,4 @@ def num_warps(cfg: dict) -> int:
     return 4 if cfg["BLOCK_N"] <= 256 else 8
 
 
-def grid(batch) -> tuple:
-    """One program per image; ``batch`` may be symbolic (TensorRT plugins)."""
-    return (batch, 1, 1)
-
-
-__all__ = ["topk_select_kernel", "kept_tokens", "rank_descending", "rank_block", "config", "num_warps", "grid", "MAX_TOKENS"]
+__all__ = ["topk_select_kernel", "kept_tokens", "rank_descending", "rank_block", "config", "num_warps", "MAX_TOKENS"]
