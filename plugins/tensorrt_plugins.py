@@ -80,11 +80,11 @@ def type_combinations(op: str) -> list[str]:
     return combos
 
 
-def token_aggregate_launch(batch, tokens_in: int, channels: int, tokens_out: int, cfg: dict, cdiv) -> dict:
+def token_aggregate_launch(batch, tokens_in: int, channels: int, tokens_out: int, cfg: dict) -> dict:
     """Grid (the torch launcher's, from the kernel module) and int arguments in kernel order (N, C, T)."""
     from deploytk.kernels.token_aggregate import grid
 
-    return {"grid": grid(batch, tokens_out, channels, cfg, cdiv), "int_args": [tokens_in, channels, tokens_out]}
+    return {"grid": grid(batch, tokens_out, channels, cfg), "int_args": [tokens_in, channels, tokens_out]}
 
 
 def match_launch(batch, int_args: list) -> dict:
@@ -105,10 +105,10 @@ def scalar(attribute) -> int | float:
     return values[0].item()
 
 
-def proportional_attention_launch(batch, heads: int, tokens: int, cfg: dict, cdiv) -> dict:
+def proportional_attention_launch(batch, heads: int, tokens: int, cfg: dict) -> dict:
     from deploytk.kernels.proportional_attention import grid
 
-    return {"grid": grid(batch, heads, tokens, cfg, cdiv), "int_args": [tokens, heads]}
+    return {"grid": grid(batch, heads, tokens, cfg), "int_args": [tokens, heads]}
 
 
 # ---- registration (needs tensorrt) --------------------------------------------------------
@@ -207,7 +207,7 @@ def register_plugins() -> None:
         tokens, channels = const(x.shape_expr[1]), const(x.shape_expr[2])
         variant = token_aggregate_variant(names[x.dtype], channels, bool(scalar(normalize)))
         compiled = compile_variant(variant, arch())
-        spec = token_aggregate_launch(x.shape_expr[0], tokens, channels, scalar(tokens_out), variant.constexprs, trtp.cdiv)
+        spec = token_aggregate_launch(x.shape_expr[0], tokens, channels, scalar(tokens_out), variant.constexprs)
         params, extra = launch_params(compiled, spec["grid"], spec["int_args"])
         return compiled.kernel_name, compiled.ptx, params, extra
 
@@ -226,7 +226,7 @@ def register_plugins() -> None:
         heads, tokens, head_dim = (const(q.shape_expr[i]) for i in (1, 2, 3))
         variant = proportional_attention_variant(names[q.dtype], head_dim, float(np.float32(scalar(scale))))
         compiled = compile_variant(variant, arch())
-        spec = proportional_attention_launch(q.shape_expr[0], heads, tokens, variant.constexprs, trtp.cdiv)
+        spec = proportional_attention_launch(q.shape_expr[0], heads, tokens, variant.constexprs)
         params, extra = launch_params(compiled, spec["grid"], spec["int_args"])
         return compiled.kernel_name, compiled.ptx, params, extra
 

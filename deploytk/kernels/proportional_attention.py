@@ -57,9 +57,10 @@ def config(head_dim: int) -> dict:
     return {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_D": max(16, triton.next_power_of_2(head_dim))}
 
 
-def grid(batch, heads: int, tokens: int, cfg: dict, cdiv=triton.cdiv) -> tuple:
-    """(query tiles, batch * heads, 1). ``batch`` may be symbolic with ``cdiv=trtp.cdiv`` (TensorRT plugins)."""
-    return (cdiv(tokens, cfg["BLOCK_M"]), batch * heads, 1)
+def grid(batch, heads: int, tokens: int, cfg: dict) -> tuple:
+    """(query tiles, batch * heads, 1). ``batch`` may be a TensorRT ``ShapeExpr`` (plugins): it is only
+    multiplied, and the divisions are of ints (``trtp.cdiv`` refuses two ints)."""
+    return (triton.cdiv(tokens, cfg["BLOCK_M"]), batch * heads, 1)
 
 
 __all__ = ["proportional_attention_kernel", "config", "grid"]

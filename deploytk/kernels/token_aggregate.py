@@ -53,9 +53,10 @@ def config(channels: int) -> dict:
     return {"BLOCK_T": 32, "BLOCK_N": 64, "BLOCK_C": 64 if channels >= 64 else max(16, triton.next_power_of_2(channels))}
 
 
-def grid(batch, tokens_out: int, channels: int, cfg: dict, cdiv=triton.cdiv) -> tuple:
-    """(token tiles, channel tiles, batch). ``batch`` may be symbolic with ``cdiv=trtp.cdiv`` (TensorRT plugins)."""
-    return (cdiv(tokens_out, cfg["BLOCK_T"]), cdiv(channels, cfg["BLOCK_C"]), batch)
+def grid(batch, tokens_out: int, channels: int, cfg: dict) -> tuple:
+    """(token tiles, channel tiles, batch). ``batch`` may be a TensorRT ``ShapeExpr`` (plugins): it is
+    passed through, and the divisions are of ints (``trtp.cdiv`` refuses two ints)."""
+    return (triton.cdiv(tokens_out, cfg["BLOCK_T"]), triton.cdiv(channels, cfg["BLOCK_C"]), batch)
 
 
 __all__ = ["token_aggregate_kernel", "config", "grid"]

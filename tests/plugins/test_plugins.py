@@ -103,14 +103,40 @@ def test_type_combinations_keep_size_fp32_and_dest_int64():
         tp.type_combinations("Softmax")
 
 
-def test_launch_parameters():
-    import triton
+class SymbolicBatch:
+    """Stands in for TensorRT's ``ShapeExpr`` batch: it can be multiplied, never divided
+    (``trtp.cdiv`` raises on two ints, so the grid must divide plain ints and keep the batch symbolic)."""
 
-    agg = tp.token_aggregate_launch(64, 197, 768, 181, {"BLOCK_T": 32, "BLOCK_C": 64}, triton.cdiv)
+    def __init__(self, expr: str):
+        self.expr = expr
+
+    def __mul__(self, other):
+        return SymbolicBatch(f"({self.expr})*{other}")
+
+    __rmul__ = __mul__
+
+    def __eq__(self, other):
+        return isinstance(other, SymbolicBatch) and other.expr == self.expr
+
+    __hash__ = None
+
+
+def test_launch_parameters():
+    agg = tp.token_aggregate_launch(64, 197, 768, 181, {"BLOCK_T": 32, "BLOCK_C": 64})
     assert agg == {"grid": (6, 12, 64), "int_args": [197, 768, 181]}
-    attn = tp.proportional_attention_launch(64, 12, 181, {"BLOCK_M": 64}, triton.cdiv)
+    attn = tp.proportional_attention_launch(64, 12, 181, {"BLOCK_M": 64})
     assert attn == {"grid": (3, 768, 1), "int_args": [181, 12]}
     assert tp.match_launch(64, [197, 64, 16, 1]) == {"grid": (64, 1, 1), "int_args": [197, 64, 16, 1]}  # one program per image
+
+
+def test_launch_grids_keep_a_symbolic_batch_symbolic():
+    """In the plugins the batch is a ShapeExpr: only the batch may be symbolic, the tiles are ints."""
+    b = SymbolicBatch("B")
+    agg = tp.token_aggregate_launch(b, 197, 768, 181, {"BLOCK_T": 32, "BLOCK_C": 64})["grid"]
+    assert agg[:2] == (6, 12) and all(type(v) is int for v in agg[:2]) and agg[2] == b
+    attn = tp.proportional_attention_launch(b, 12, 181, {"BLOCK_M": 64})["grid"]
+    assert attn[0] == 3 and type(attn[0]) is int and attn[1] == SymbolicBatch("(B)*12") and attn[2] == 1
+    assert tp.match_launch(b, [197, 64, 16, 1])["grid"] == (b, 1, 1)
 
 
 def test_register_plugins_without_tensorrt_says_how_to_install():
