@@ -17,6 +17,12 @@ from pathlib import Path
 from deploytk.errors import DeploytkError
 
 ARCHES = {"sm_80": 80, "sm_86": 86, "sm_89": 89, "sm_90": 90}
+#: Dynamic shared memory a kernel may use without opting in (cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE)).
+#: Triton's own launcher (the torch path) opts in; TensorRT's launch of an AOT plugin kernel is not
+#: documented to, so every plugin kernel is compiled to fit this limit.
+SHARED_MEM_LIMIT = 48 * 1024
+#: software-pipelining depths tried in order (Triton's default first); fewer stages, less shared memory
+NUM_STAGES = (3, 2, 1)
 #: Triton pointer types per tensor dtype name (TensorRT: FP32, FP16, BF16)
 POINTER = {"fp32": "*fp32", "fp16": "*fp16", "bf16": "*bf16"}
 
@@ -150,10 +156,15 @@ class CompiledKernel:
     num_warps: int
     shared_mem: int
     arch: str
+    num_stages: int
 
 
 def compile_variant(variant: KernelVariant, arch: str) -> CompiledKernel:
-    """triton.compile -> PTX for ``arch`` (sm_80/86/89/90); no GPU needed."""
+    """triton.compile -> PTX for ``arch`` (sm_80/86/89/90); no GPU needed.
+
+    The deepest software pipeline (``NUM_STAGES``) whose shared memory fits ``SHARED_MEM_LIMIT``
+    (fp32 ProportionalAttention needs 96 KiB at Triton's default 3 stages, 48 KiB at 1).
+    """
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -164,13 +175,22 @@ def compile_variant(variant: KernelVariant, arch: str) -> CompiledKernel:
     signature = dict(variant.signature) | {name: "constexpr" for name in variant.constexprs}
     params = inspect.signature(ASTSource.__init__).parameters
     key = "constexprs" if "constexprs" in params else "constants"  # renamed in Triton 3.3
-    src = ASTSource(fn=fn, signature=signature, **{key: dict(variant.constexprs)})
-    compiled = triton.compile(src, target=GPUTarget("cuda", ARCHES[arch], 32), options={"num_warps": _num_warps(variant)})
-    md = compiled.metadata
+    tried = []
+    for stages in NUM_STAGES:
+        src = ASTSource(fn=fn, signature=signature, **{key: dict(variant.constexprs)})
+        compiled = triton.compile(src, target=GPUTarget("cuda", ARCHES[arch], 32),
+                                  options={"num_warps": _num_warps(variant), "num_stages": stages})
+        md = compiled.metadata
+        tried.append(f"{md.shared} B at {stages} stage(s)")
+        if md.shared <= SHARED_MEM_LIMIT:
+            break
+    else:
+        raise DeploytkError(f"internal: kernel {variant.label} needs more than {SHARED_MEM_LIMIT} B of shared memory for {arch} "
+                            f"({'; '.join(tried)}), the most a TensorRT AOT plugin kernel can count on.")
     if getattr(md, "global_scratch_size", 0) or getattr(md, "profile_scratch_size", 0):
         raise DeploytkError(f"internal: kernel {md.name} needs Triton global scratch memory, which TensorRT AOT plugins do not provide.")
     ptx = strip_hidden_params(compiled.asm["ptx"], md.name, len(variant.signature))
-    return CompiledKernel(md.name, ptx, md.num_warps, md.shared, arch)
+    return CompiledKernel(md.name, ptx, md.num_warps, md.shared, arch, stages)
 
 
 def standard_variants() -> list[KernelVariant]:
@@ -200,7 +220,7 @@ def compile_all(arch: str, output: Path, variants: list[KernelVariant] | None = 
             (tmp / f"{v.label}.ptx").write_text(k.ptx)
             records.append({
                 "op": v.op, "dtype": v.dtype, "constexprs": v.constexprs, "file": f"{v.label}.ptx", "kernel_name": k.kernel_name,
-                "num_warps": k.num_warps, "block_x": k.num_warps * 32, "shared_mem": k.shared_mem, "arch": arch,
+                "num_warps": k.num_warps, "num_stages": k.num_stages, "block_x": k.num_warps * 32, "shared_mem": k.shared_mem, "arch": arch,
                 "ptx_sha256": hashlib.sha256(k.ptx.encode()).hexdigest(),
             })
         index = {"arch": arch, "kernels": records}
@@ -208,6 +228,6 @@ def compile_all(arch: str, output: Path, variants: list[KernelVariant] | None = 
     return index
 
 
-__all__ = ["ARCHES", "KernelVariant", "CompiledKernel", "compile_variant", "compile_all", "standard_variants",
+__all__ = ["ARCHES", "SHARED_MEM_LIMIT", "KernelVariant", "CompiledKernel", "compile_variant", "compile_all", "standard_variants",
            "token_aggregate_variant", "proportional_attention_variant", "tome_match_variant", "mctf_match_variant",
            "size_split_match_variant", "topk_select_variant", "crucial_match_variant", "strip_hidden_params"]

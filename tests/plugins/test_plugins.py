@@ -11,7 +11,7 @@ import pytest
 from deploytk.errors import DeploytkError
 from plugins import tensorrt_plugins as tp
 from plugins.aot import (
-    compile_variant, crucial_match_variant, mctf_match_variant, size_split_match_variant, strip_hidden_params, token_aggregate_variant,
+    SHARED_MEM_LIMIT, compile_variant, crucial_match_variant, mctf_match_variant, size_split_match_variant, strip_hidden_params, token_aggregate_variant,
     tome_match_variant, topk_select_variant,
 )
 
@@ -34,7 +34,19 @@ def test_plugins_compile_writes_sm90_ptx_for_every_plugin_kernel(tmp_path):
         ptx = (out / k["file"]).read_text()
         assert re.search(r"^\.target sm_90a?$", ptx, re.M), k["file"]
         assert f".entry {k['kernel_name']}(" in ptx
-        assert k["block_x"] == 32 * k["num_warps"] and k["shared_mem"] <= 227 * 1024
+        assert k["block_x"] == 32 * k["num_warps"]
+        # TensorRT is not documented to opt an AOT kernel into more than 48 KiB of dynamic shared memory
+        assert k["shared_mem"] <= SHARED_MEM_LIMIT == 48 * 1024, k
+    stages = {(k["op"], k["dtype"]): k["num_stages"] for k in kernels}
+    assert stages[("ProportionalAttention", "fp32")] == 1 and stages[("ProportionalAttention", "fp16")] == 3  # 96 KiB at 3 stages
+
+
+def test_a_kernel_that_cannot_fit_the_shared_memory_limit_is_refused(monkeypatch):
+    import plugins.aot as aot
+
+    monkeypatch.setattr(aot, "SHARED_MEM_LIMIT", 1024)
+    with pytest.raises(DeploytkError, match=r"ProportionalAttention_fp32.*more than 1024 B of shared memory for sm_90 .*at 1 stage"):
+        compile_variant(aot.proportional_attention_variant("fp32", 64, 0.125), "sm_90")
 
 
 def test_plugins_compile_refuses_unknown_arch_and_writes_nothing(tmp_path):
