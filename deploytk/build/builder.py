@@ -22,7 +22,7 @@ import onnx
 from onnx import helper
 
 from deploytk.build.engine_manifest import BASELINE_ENGINE_FILE, ENGINE_FILE, ENGINE_MANIFEST_FILE, engine_manifest
-from deploytk.build.graph import prepare_for_build
+from deploytk.build.graph import check_tensorrt_supports, prepare_for_build
 from deploytk.build.options import BuildOptions
 from deploytk.errors import DeploytkError
 from deploytk.export.artifacts import MODEL_FILE, require_artifact_dir
@@ -59,9 +59,11 @@ def build_engine(directory: Path, options: BuildOptions, step=lambda message: No
 
     manifest = read_manifest(directory)  # also checks model.onnx against its sha256
     gpu, capability = gpu_identity()
+    exported = onnx.load(str(directory / MODEL_FILE))
+    check_tensorrt_supports(exported, options, trt.__version__)
     step("registering the deploytk plugins")
     register_plugins()
-    model, plugin_ops = prepare_for_build(onnx.load(str(directory / MODEL_FILE)), options, PLUGIN_OPS)
+    model, plugin_ops = prepare_for_build(exported, options, PLUGIN_OPS)
     _force_aot(model, plugin_ops)
 
     logger = trt.Logger(trt.Logger.WARNING)

@@ -13,9 +13,13 @@ from __future__ import annotations
 import onnx
 
 from deploytk.build.options import BuildOptions
+from deploytk.errors import DeploytkError
 from deploytk.ops import DOMAIN, OPS, PLUGIN_ATTRIBUTES
 
 ATTENTION_OP = "ProportionalAttention"
+#: the first TensorRT whose ONNX parser imports the standard ``Attention`` op (10.14 added
+#: IAttention and the parser's Attention importer; earlier parsers find no importer for it)
+NATIVE_ATTENTION_MIN_TENSORRT = (10, 14)
 #: what ``merge_impl`` switches: every matching op and TokenAggregate
 MERGE_PLUGIN_OPS = tuple(op for op in OPS if op != ATTENTION_OP)
 
@@ -34,7 +38,8 @@ def prepare_for_build(model: onnx.ModelProto, options: BuildOptions, plugin_ops:
     out.CopyFrom(model)
     has_attention = any(n.domain == DOMAIN and n.op_type == ATTENTION_OP for n in out.graph.node)
     if options.attention_impl == "native" and has_attention:
-        out = use_native_attention(out, expand_mask=False)
+        # no softmax_precision: TensorRT's parser refuses Attention nodes that set it
+        out = use_native_attention(out, expand_mask=False, softmax_precision=False)
     wanted = set(plugin_ops)
     if options.merge_impl == "native":
         wanted -= set(MERGE_PLUGIN_OPS)
@@ -47,3 +52,21 @@ def prepare_for_build(model: onnx.ModelProto, options: BuildOptions, plugin_ops:
         else:
             _strip_plugin_attributes(node)  # the parser inlines the function body
     return out, sorted(plugins)
+
+
+def check_tensorrt_supports(model: onnx.ModelProto, options: BuildOptions, tensorrt_version: str) -> None:
+    """Refuse, before any parsing, a build this TensorRT cannot do: native attention needs >= 10.14."""
+    has_attention = any(n.domain == DOMAIN and n.op_type == ATTENTION_OP for n in model.graph.node)
+    if options.attention_impl != "native" or not has_attention:
+        return
+    try:
+        version = tuple(int(v) for v in tensorrt_version.split(".")[:2])
+    except ValueError:
+        return  # an unparsable version string: let the parser decide
+    if version < NATIVE_ATTENTION_MIN_TENSORRT:
+        need = ".".join(map(str, NATIVE_ATTENTION_MIN_TENSORRT))
+        raise DeploytkError(
+            f"--attention-impl native needs TensorRT >= {need} (its ONNX parser imports the standard Attention op "
+            f"from {need} on); this is TensorRT {tensorrt_version}.",
+            hint=f"Use --attention-impl plugin (deploytk's ProportionalAttention kernel), or install TensorRT >= {need}.",
+        )

@@ -21,6 +21,12 @@ The mask is expanded from [B, 1, 1, Nkv] to [B, 1, Nq, Nkv]: ONNX Runtime 1.31's
 ``Attention`` kernel requires ``attn_mask.shape[-2] == Sq`` (it does not broadcast the query
 axis, although the ONNX spec allows it). [B, 1, Nq, Nkv] is still broadcastable for TensorRT;
 pass ``expand_mask=False`` for the compact [B, 1, 1, Nkv] mask.
+
+In fp16/bf16 graphs the node asks for an fp32 softmax (``softmax_precision``), as
+ProportionalAttention computes it. TensorRT's ONNX parser refuses an ``Attention`` node that
+sets ``softmax_precision`` (onnx-tensorrt's Attention op checker: "Setting softmax precision is
+not supported in TensorRT Attention"), so a TensorRT build passes ``softmax_precision=False``
+and the softmax precision is then TensorRT's choice.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ ATTENTION_OPSET = 23
 _SAFE_NEW_ATTRIBUTES = {("Cast", "saturate"), ("CastLike", "saturate")}
 
 
-def use_native_attention(model: onnx.ModelProto, *, expand_mask: bool = True) -> onnx.ModelProto:
+def use_native_attention(model: onnx.ModelProto, *, expand_mask: bool = True, softmax_precision: bool = True) -> onnx.ModelProto:
     """A copy of ``model`` with every ``deploytk.ProportionalAttention`` node as a standard ``Attention``.
 
     Each node's output keeps its name. The ai.onnx opset import is raised to 23 if lower, in the
@@ -135,7 +141,7 @@ def use_native_attention(model: onnx.ModelProto, *, expand_mask: bool = True) ->
         if not q_is_fp32:
             mask = add("CastLike", [mask, q], "mask_cast")
         # low precision: the softmax stays fp32 (Attention-23's softmax_precision), as in ProportionalAttention
-        precision = {} if q_is_fp32 else {"softmax_precision": TensorProto.FLOAT}
+        precision = {"softmax_precision": TensorProto.FLOAT} if softmax_precision and not q_is_fp32 else {}
         new_nodes.append(
             helper.make_node("Attention", [q_scaled, k, v, mask], [y], name=names.fresh_node(f"{base}/native_attention"),
                              scale=1.0, **precision)

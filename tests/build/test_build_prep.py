@@ -5,7 +5,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from deploytk.build.engine_manifest import check_engine, engine_manifest
-from deploytk.build.graph import prepare_for_build
+from deploytk.build.graph import check_tensorrt_supports, prepare_for_build
 from deploytk.build.options import BuildOptions, build_options, parse_batch
 from deploytk.errors import DeploytkError
 from deploytk.ops import OPS, PLUGIN_ATTRIBUTES
@@ -26,18 +26,19 @@ def test_batch_profile_parsing():
         build_options("1", opt_level=7)
 
 
-def _tome_like_model() -> onnx.ModelProto:
-    """metric -> ToMeMatch -> dest; x, size, dest -> TokenAggregate; q,k,v,size -> ProportionalAttention (functions attached)."""
+def _tome_like_model(f=TensorProto.FLOAT) -> onnx.ModelProto:
+    """metric -> ToMeMatch -> dest; x, size, dest -> TokenAggregate; q,k,v,size -> ProportionalAttention (functions attached).
+
+    ``f``: the token tensors' type (size and the matching metric stay fp32, as in exported fp16/bf16 graphs)."""
     nodes = [
         helper.make_node("ToMeMatch", ["metric"], ["dest"], domain="deploytk", r=2, protected=1, sort_unmerged=1, tokens=9, **PLUGIN_ATTRIBUTES),
         helper.make_node("TokenAggregate", ["x", "size", "dest"], ["y"], domain="deploytk", tokens_out=7, normalize=1, **PLUGIN_ATTRIBUTES),
         helper.make_node("ProportionalAttention", ["q", "k", "v", "size"], ["o"], domain="deploytk", scale=0.25, **PLUGIN_ATTRIBUTES),
     ]
-    f = TensorProto.FLOAT
     graph = helper.make_graph(
         nodes, "g",
-        [helper.make_tensor_value_info("metric", f, ["b", 9, 4]), helper.make_tensor_value_info("x", f, ["b", 9, 8]),
-         helper.make_tensor_value_info("size", f, ["b", 9, 1])] + [helper.make_tensor_value_info(n, f, ["b", 2, 9, 4]) for n in "qkv"],
+        [helper.make_tensor_value_info("metric", TensorProto.FLOAT, ["b", 9, 4]), helper.make_tensor_value_info("x", f, ["b", 9, 8]),
+         helper.make_tensor_value_info("size", TensorProto.FLOAT, ["b", 9, 1])] + [helper.make_tensor_value_info(n, f, ["b", 2, 9, 4]) for n in "qkv"],
         [helper.make_tensor_value_info("y", f, ["b", 7, 8]), helper.make_tensor_value_info("o", f, ["b", 2, 9, 4])],
     )
     functions = [OPS[n].onnx_function.to_function_proto() for n in ("ToMeMatch", "TokenAggregate", "ProportionalAttention")]
@@ -65,6 +66,40 @@ def test_prepare_for_build_switches_each_op(merge, attention, plugins):
     ops = [n.op_type for n in prepared.graph.node]
     assert ("Attention" in ops) == (attention == "native") and ("ProportionalAttention" in ops) == (attention == "plugin")
     onnx.checker.check_model(prepared, full_check=True)
+
+
+def test_native_attention_for_tensorrt_leaves_softmax_precision_off():
+    """TensorRT's parser refuses Attention nodes that set softmax_precision (onnx-tensorrt's op checker)."""
+    from deploytk.export.native_attention import use_native_attention
+
+    model = _tome_like_model(TensorProto.FLOAT16)
+    prepared, _ = prepare_for_build(model, BuildOptions(attention_impl="native"), ("ToMeMatch", "TokenAggregate"))
+    (attention,) = [n for n in prepared.graph.node if n.op_type == "Attention"]
+    assert [a.name for a in attention.attribute] == ["scale"]
+    onnx.checker.check_model(prepared, full_check=True)
+    # for ONNX Runtime the fp16 graph keeps asking for an fp32 softmax
+    (ort_attention,) = [n for n in use_native_attention(model).graph.node if n.op_type == "Attention"]
+    assert {a.name: helper.get_attribute_value(a) for a in ort_attention.attribute} == {"scale": 1.0, "softmax_precision": TensorProto.FLOAT}
+
+
+@pytest.mark.parametrize("version, attention, refused", [
+    ("10.13.3.9", "native", True), ("10.9.0.34", "native", True), ("10.14.1.48", "native", False), ("11.1.0", "native", False),
+    ("10.9.0.34", "plugin", False),
+])
+def test_native_attention_needs_tensorrt_10_14(version, attention, refused):
+    options = BuildOptions(attention_impl=attention)
+    if not refused:
+        check_tensorrt_supports(_tome_like_model(), options, version)
+        return
+    with pytest.raises(DeploytkError, match=rf"--attention-impl native needs TensorRT >= 10.14 .*this is TensorRT {version}") as err:
+        check_tensorrt_supports(_tome_like_model(), options, version)
+    assert "--attention-impl plugin" in err.value.hint
+
+
+def test_a_graph_without_attention_builds_natively_on_any_tensorrt():
+    model = _tome_like_model()
+    del model.graph.node[2]
+    check_tensorrt_supports(model, BuildOptions(attention_impl="native"), "10.9.0")
 
 
 def test_ops_without_a_plugin_always_go_native():
