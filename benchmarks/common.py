@@ -21,7 +21,7 @@ DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 def add_run_arguments(parser, *, warmup: int, iterations: int, smoke: str) -> None:
     """The options every benchmark script takes: --dtype, --warmup, --iterations, --smoke, --output."""
-    parser.add_argument("--dtype", choices=list(DTYPES), default="fp16")
+    parser.add_argument("--dtype", choices=list(DTYPES), default=None, help="fp16 on a GPU; --smoke: fp32 unless given")
     parser.add_argument("--warmup", type=int, default=warmup)
     parser.add_argument("--iterations", type=int, default=iterations)
     parser.add_argument("--smoke", action="store_true", help=smoke)

@@ -7,12 +7,14 @@ timed forward passes of
 - ``dense``: the timm model as is (PyTorch's fused scaled_dot_product_attention);
 - ``tome``: ToMe r=16 with proportional attention: deploytk's ToMeMatch, TokenAggregate and
   ProportionalAttention run as Triton kernels (the CUDA implementation of the torch ops);
-- ``tome_sdpa``: the same merge schedule with plain fused attention (no size bias), which
-  separates the merge's cost from the attention kernel's;
+- ``tome_sdpa``: the same merge schedule with PyTorch's fused attention (no size bias, in
+  every dtype), which separates the merge's cost from the attention kernel's;
 - with ``--configs``: each export config's merge section (MCTF, ATM, EViT, ...) on the same
   weights, named by the config's method part (``deit_small_mctf_r16.yaml`` -> ``mctf_r16``);
   its matching op runs as its Triton kernel too.
 
+Every model runs wholly in the chosen dtype (``.to(dtype)``, as the dense timm model;
+PyTorch's LayerNorm keeps fp32 statistics inside), so the ratios compare merging alone.
 Speedups are ratios of medians measured in the same run. Writes
 benchmarks/results/end_to_end_latency_<gpu>.json.
 
@@ -58,26 +60,36 @@ def variants(model_name: str, r: int, configs: list[Path] = ()) -> dict:
         "tome": build_reference(cfg({"method": "tome", "r": r, "prop_attn": True}), copy.deepcopy(dense)),
         "tome_sdpa": build_reference(cfg({"method": "tome", "r": r, "prop_attn": False}), copy.deepcopy(dense)),
     }
+    nets["tome_sdpa"].fused_low_precision_attention = True
     for path in configs:
         merge = load_config(path).merge.model_dump()
         nets[path.stem.split("_", 2)[-1]] = build_reference(cfg(merge), copy.deepcopy(dense))
     return nets
 
 
+def on_device(model, device: str, dtype: torch.dtype):
+    """The model wholly in ``dtype`` on ``device``; a MergedViT also casts its input to ``dtype``."""
+    model = model.to(device, dtype).eval()
+    if hasattr(model, "compute_dtype"):
+        model.compute_dtype = dtype
+    return model
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     if args.smoke:
         device, models, batches = "cpu", ["deit_tiny_patch16_224"], [1]
-        args.warmup, args.iterations, args.dtype = 0, 1, "fp32"
+        args.warmup, args.iterations, args.dtype = 0, 1, args.dtype or "fp32"
     elif not torch.cuda.is_available():
         raise SystemExit("this benchmark needs a CUDA GPU (or --smoke to check the script on a CPU).")
     else:
         device, models, batches = "cuda", args.models.split(","), [int(v) for v in args.batch.split(",")]
+        args.dtype = args.dtype or "fp16"
     dtype = DTYPES[args.dtype]
     rows = []
     configs = [Path(c) for c in args.configs.split(",") if c]
     for name in models:
-        nets = {key: m.to(device, dtype).eval() for key, m in variants(name, args.r, configs).items()}
+        nets = {key: on_device(m, device, dtype) for key, m in variants(name, args.r, configs).items()}
         schedule = nets["tome"].schedule
         for batch in batches:
             x = torch.randn(batch, 3, 224, 224, device=device, dtype=dtype)

@@ -49,11 +49,11 @@ def main(argv=None) -> dict:
         if not launch.interpreting():
             raise SystemExit("--smoke runs the kernels in Triton's interpreter: set TRITON_INTERPRET=1.")
         device, args.batch, args.tokens, args.channels, args.heads, args.r = "cpu", 2, 33, 64, 2, 4
-        args.warmup, args.iterations, args.dtype = 0, 1, "fp32"
+        args.warmup, args.iterations, args.dtype = 0, 1, args.dtype or "fp32"
     elif not torch.cuda.is_available():
         raise SystemExit("this benchmark needs a CUDA GPU (or --smoke with TRITON_INTERPRET=1 to check the script on a CPU).")
     else:
-        device = "cuda"
+        device, args.dtype = "cuda", args.dtype or "fp16"
     dtype = DTYPES[args.dtype]
     b, n, c, h, r = args.batch, args.tokens, args.channels, args.heads, args.r
     d, t = c // h, n - r

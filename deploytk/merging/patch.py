@@ -74,6 +74,9 @@ class MergedViT(nn.Module):
         self.dest_hook = None
         #: weights/activations dtype; ``merging.precision.to_precision`` lowers it (I/O stays fp32)
         self.compute_dtype = torch.float32
+        #: without prop_attn, run fp16/bf16 attention as PyTorch's fused SDPA instead of the fp32
+        #: softmax the export has: what a latency benchmark compares (the reference keeps False)
+        self.fused_low_precision_attention = False
 
     def _plan(self, requested: list[int], num_tokens: int) -> TokenSchedule:
         """The static token counts per layer (ToMe's cap)."""
@@ -155,7 +158,7 @@ class MergedViT(nn.Module):
         q, k, v = qkv_heads(attn, x)
         if self.prop_attn:
             out = torch.ops.deploytk.proportional_attention(q, k, v, size, float(attn.scale))
-        elif q.dtype == torch.float32:
+        elif q.dtype == torch.float32 or self.fused_low_precision_attention:
             out = F.scaled_dot_product_attention(q, k, v)
         else:  # low precision: keep the softmax in fp32, as ProportionalAttention does
             out = attend(attention_probs(attn, q, k, None), v)
