@@ -7,7 +7,14 @@ from pathlib import Path
 from deploytk.errors import DeploytkError
 
 
-def ort_providers(backend: str = "ort") -> list[str]:
+#: ONNX Runtime's CUDA provider runs fp32 MatMul/Conv in TF32 by default (10-bit mantissa), far
+#: outside fp32's validation tolerances; fp32 graphs are meant to be fp32 (export fp16/bf16 for
+#: tensor-core speed), so it is switched off
+CUDA_PROVIDER_OPTIONS = {"use_tf32": "0"}
+
+
+def ort_providers(backend: str = "ort") -> list:
+    """Execution providers for a session: CPU, or CUDA (TF32 off) with the CPU fallback."""
     import onnxruntime as ort
 
     available = ort.get_available_providers()
@@ -18,7 +25,7 @@ def ort_providers(backend: str = "ort") -> list[str]:
                 f"(providers: {', '.join(available)}).",
                 hint="Install onnxruntime-gpu on a machine with CUDA, or use --backend ort.",
             )
-        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+        return [("CUDAExecutionProvider", dict(CUDA_PROVIDER_OPTIONS)), "CPUExecutionProvider"]
     return ["CPUExecutionProvider"]
 
 

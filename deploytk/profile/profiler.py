@@ -40,8 +40,18 @@ def latency_stats(seconds: list[float], batch_size: int) -> dict:
     }
 
 
+def runs_on(backend: str) -> str:
+    """Where a backend computes: TensorRT and ort-cuda on the GPU; torch on the GPU when CUDA is there."""
+    if backend in ("trt", "ort-cuda") or (backend == "torch" and torch.cuda.is_available()):
+        return "cuda"
+    return "cpu"
+
+
 def device_info(backend: str) -> dict:
-    info = {"backend": backend, "machine": platform.machine(), "cpu_count": os.cpu_count(), "processor": platform.processor()}
+    """The machine, and the GPU only when the backend ran on it (``device``: cuda or cpu)."""
+    device = runs_on(backend)
+    info = {"backend": backend, "device": device, "machine": platform.machine(), "cpu_count": os.cpu_count(),
+            "processor": platform.processor()}
     try:
         with open("/proc/cpuinfo") as f:
             names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
@@ -49,15 +59,18 @@ def device_info(backend: str) -> dict:
             info["cpu"] = names[0]
     except OSError:
         pass
-    if torch.cuda.is_available():
+    if device == "cuda" and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
     return info
 
 
-def _host_timer(run, x):
+def _host_timer(run, x, synchronize=lambda: None):
+    """Seconds of one run on the host clock; ``synchronize`` waits for queued GPU work (before and after)."""
     def timed() -> float:
+        synchronize()
         t0 = time.perf_counter()
         run(x)
+        synchronize()
         return time.perf_counter() - t0
 
     return timed
@@ -78,15 +91,17 @@ def _timers(backend: str, directory: Path, manifest: dict, batch_sizes: list[int
     if backend not in ("torch", "ort", "ort-cuda"):
         raise DeploytkError(f"unknown backend {backend!r} (--backend); allowed: ort, ort-cuda, torch, trt.")
     merged = build_reference(cfg)
-    if backend == "torch":
-        dense = dense_model(merged, precision)
-        merged = to_precision(merged, precision)
+    if backend == "torch":  # on the GPU when there is one: the deploytk ops then run as the Triton kernels
+        device = runs_on(backend)
+        dense = dense_model(merged, precision).to(device)
+        merged = to_precision(merged, precision).to(device)
+        sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
         def torch_timer(model):
             def run(x):
                 with torch.inference_mode():
                     model(x)
-            return lambda b: _host_timer(run, torch.randn(b, 3, *img, generator=torch.Generator().manual_seed(0)))
+            return lambda b: _host_timer(run, torch.randn(b, 3, *img, generator=torch.Generator().manual_seed(0)).to(device), sync)
 
         return torch_timer(merged), torch_timer(dense)
     from deploytk.backends.ort import ort_session
