@@ -71,7 +71,7 @@ def proportional_attention(q, k, v, size, scale: float) -> torch.Tensor:
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     if out.numel() == 0:
         return out
-    cfg = pa.config(d)
+    cfg = pa.config(d, q.dtype == torch.float32)
     pa.proportional_attention_kernel[pa.grid(b, h, n, cfg)](
         q.contiguous(), k.contiguous(), v.contiguous(), size.reshape(b, n).to(torch.float32).contiguous(), n, h, out,
         SCALE=float(scale), HEAD_D=d, PRECISION=precision(q.dtype), **cfg,
