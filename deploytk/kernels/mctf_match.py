@@ -40,6 +40,13 @@ def _power(x, E: tl.constexpr):
 
 
 @triton.jit
+def _reciprocal(x, scale):
+    """(1 / x) / scale with IEEE rounding, as the reference computes info and 1/size (a compiled
+    plain / is the GPU's approximation)."""
+    return tl.div_rn(tl.div_rn(1.0, x), scale)
+
+
+@triton.jit
 def _scores_tile(
     metric_ptr, recv_ptr, size_ptr, row0, a, a_ok, inv_a, bb, b_ok, inv_b, D, PA, PB, info_max, inv_max,
     E_SIM: tl.constexpr, E_INFO: tl.constexpr, E_SIZE: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr,
@@ -48,14 +55,14 @@ def _scores_tile(
     cos = cosine_tile(metric_ptr, row0, 2 * a, a_ok, inv_a, 2 * bb + 1, b_ok, inv_b, D, BLOCK_D, ROWS, COLS)
     w = tl.full((ROWS, COLS), 1.0, tl.float32)
     if E_SIM > 0:
-        w = _power((cos + 1.0) / 2.0, E_SIM)
+        w = _power((cos + 1.0) * 0.5, E_SIM)
     if E_INFO > 0:
-        info_a = (1.0 / tl.load(recv_ptr + row0 + 2 * a, mask=a_ok, other=1.0).to(tl.float32)) / info_max
-        info_b = (1.0 / tl.load(recv_ptr + row0 + 2 * bb + 1, mask=b_ok, other=1.0).to(tl.float32)) / info_max
+        info_a = _reciprocal(tl.load(recv_ptr + row0 + 2 * a, mask=a_ok, other=1.0).to(tl.float32), info_max)
+        info_b = _reciprocal(tl.load(recv_ptr + row0 + 2 * bb + 1, mask=b_ok, other=1.0).to(tl.float32), info_max)
         w = w * _power(info_a[:, None] * info_b[None, :], E_INFO)
     if E_SIZE > 0:
-        small_a = (1.0 / tl.load(size_ptr + row0 + 2 * a, mask=a_ok, other=1.0).to(tl.float32)) / inv_max
-        small_b = (1.0 / tl.load(size_ptr + row0 + 2 * bb + 1, mask=b_ok, other=1.0).to(tl.float32)) / inv_max
+        small_a = _reciprocal(tl.load(size_ptr + row0 + 2 * a, mask=a_ok, other=1.0).to(tl.float32), inv_max)
+        small_b = _reciprocal(tl.load(size_ptr + row0 + 2 * bb + 1, mask=b_ok, other=1.0).to(tl.float32), inv_max)
         w = w * _power(small_a[:, None] * small_b[None, :], E_SIZE)
     allowed = (a_ok & (a >= PA))[:, None] & (b_ok & (bb >= PB))[None, :]
     return tl.where(allowed, w, float("-inf"))
@@ -89,8 +96,8 @@ def mctf_match_kernel(
     for t0 in range(0, N, BLOCK_J):
         t = t0 + tl.arange(0, BLOCK_J)
         t_ok = t < N
-        info_max = tl.maximum(info_max, tl.max(tl.where(t_ok, 1.0 / tl.load(recv_ptr + row0 + t, mask=t_ok, other=1.0).to(tl.float32), float("-inf")), axis=0))
-        inv_max = tl.maximum(inv_max, tl.max(tl.where(t_ok, 1.0 / tl.load(size_ptr + row0 + t, mask=t_ok, other=1.0).to(tl.float32), float("-inf")), axis=0))
+        info_max = tl.maximum(info_max, tl.max(tl.where(t_ok, _reciprocal(tl.load(recv_ptr + row0 + t, mask=t_ok, other=1.0).to(tl.float32), 1.0), float("-inf")), axis=0))
+        inv_max = tl.maximum(inv_max, tl.max(tl.where(t_ok, _reciprocal(tl.load(size_ptr + row0 + t, mask=t_ok, other=1.0).to(tl.float32), 1.0), float("-inf")), axis=0))
 
     # 1. best B partner of every A token
     for i0 in range(0, na, BLOCK_I):

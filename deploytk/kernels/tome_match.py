@@ -29,10 +29,11 @@ def _unit_rows(metric_ptr, row0, tok, ok, D, BLOCK_D: tl.constexpr, ROWS: tl.con
         d = d0 + tl.arange(0, BLOCK_D)
         v = tl.load(metric_ptr + (row0 + tok[:, None]) * D + d[None, :], mask=ok[:, None] & (d[None, :] < D), other=0.0).to(tl.float32)
         sq += tl.sum(v * v, axis=1)
-    # padding rows: 1, not inf (their scores are masked). Compiled, sqrt and / are the GPU's fast
-    # approximations (a few ulp; the interpreter's are IEEE): cosines can differ from the reference
-    # by a few ulp, so only near-ties can flip -- what selftest's tie checks accept, and no more.
-    return 1.0 / tl.sqrt(tl.where(ok, sq, 1.0))
+    # padding rows: 1, not inf (their scores are masked). IEEE-rounded sqrt and division (a compiled
+    # plain sqrt and / are the GPU's approximations); the sums' order still differs from the
+    # reference's, so cosines can differ by an ulp or so and only near-ties can flip -- what
+    # selftest's tie checks accept, and no more.
+    return tl.div_rn(1.0, tl.sqrt_rn(tl.where(ok, sq, 1.0)))
 
 
 @triton.jit
