@@ -170,6 +170,8 @@ def validate(
         out_console.print(table)
         if report.emulation:
             out_console.print(f"[yellow]note:[/] {report.emulation}.")
+        if report.top1_flips:
+            _print_top1_flips(report, tol)
         if report.branch_flips:
             _print_branch_flips(report)
             if precision != "fp32" and images is None:
@@ -177,6 +179,18 @@ def validate(
                                   "images than on real ones; validate with --images DIR for a representative answer.")
         out_console.print("[bold green]PASS[/]" if report.passed else "[bold red]FAIL[/]: " + ", ".join(k for k, v in report.checks.items() if not v))
     raise typer.Exit(0 if report.passed else 1)
+
+
+def _print_top1_flips(report, tol) -> None:
+    from deploytk.validate.validator import near_tied_logits
+
+    flips = report.top1_flips
+    shown = ", ".join(f"#{f['image']} ({f['reference_top1']}->{f['backend_top1']}, margin {f['reference_margin']:.2e})" for f in flips[:5])
+    out_console.print(f"top-1 flips (image, reference->backend class, reference logit margin): {shown}{' ...' if len(flips) > 5 else ''}")
+    if all(near_tied_logits(f, tol) for f in flips):
+        out_console.print("[yellow]note:[/] every flipped image's two classes are closer in the reference than the logit tolerance "
+                          "allows either to move (near-tied logits, typical of random weights); validate a real checkpoint "
+                          "with --images DIR for a representative top-1 agreement.")
 
 
 def _print_branch_flips(report) -> None:

@@ -67,6 +67,9 @@ class ValidationReport:
     elementwise_passed: bool
     tolerances: dict
     checks: dict
+    #: images whose top-1 class differs: both classes' reference logits and the reference's margin
+    #: between them (a margin within the logits' tolerance is a near-tie of logits, common on random weights)
+    top1_flips: list = field(default_factory=list)
     #: images whose matching/selection choice flipped at a near-tie (empty when none failed)
     branch_flips: list = field(default_factory=list)
     #: the metrics against the reference replayed with the backend's choices on flipped images
@@ -102,6 +105,10 @@ def compare_outputs(reference: list[np.ndarray], candidate: list[np.ndarray]) ->
     out = np.concatenate(candidate).astype(np.float64)
     diff = np.abs(out - ref)
     cos = (ref * out).sum(-1) / np.maximum(np.linalg.norm(ref, axis=-1) * np.linalg.norm(out, axis=-1), 1e-30)
+    top_ref, top_out = ref.argmax(-1), out.argmax(-1)
+    flips = [{"image": int(i), "reference_top1": int(top_ref[i]), "backend_top1": int(top_out[i]),
+              "reference_logits": [float(ref[i, top_ref[i]]), float(ref[i, top_out[i]])],
+              "reference_margin": float(ref[i, top_ref[i]] - ref[i, top_out[i]])} for i in np.flatnonzero(top_ref != top_out)]
     return {
         "num_images": int(ref.shape[0]),
         "max_abs_diff": float(diff.max()),
@@ -109,8 +116,17 @@ def compare_outputs(reference: list[np.ndarray], candidate: list[np.ndarray]) ->
         "max_rel_diff": float(diff.max() / max(np.abs(ref).max(), 1e-12)),
         "mean_abs_diff": float(diff.mean()),
         "cosine_similarity_min": float(cos.min()),
-        "top1_agreement": float((ref.argmax(-1) == out.argmax(-1)).mean()),
+        "top1_agreement": float((top_ref == top_out).mean()),
+        "top1_flips": flips,
     }
+
+
+def near_tied_logits(flip: dict, tol: Tolerances) -> bool:
+    """A top-1 flip whose two classes' reference logits are closer than the errors the tolerances
+    allow on them (element-wise: atol or rtol*|ref|, whichever is larger): logit noise within
+    tolerance can swap them, so the flip says nothing the element-wise check has not."""
+    a, b = flip["reference_logits"]
+    return flip["reference_margin"] <= max(tol.atol, tol.rtol * abs(a)) + max(tol.atol, tol.rtol * abs(b))
 
 
 def failing_images(reference: list[np.ndarray], candidate: list[np.ndarray], tol: Tolerances) -> list[int]:

@@ -32,9 +32,22 @@ def export_and_validate(config: Path, tmp_path: Path):
     # random weights tie often: of 16 images DeiT-T MCTF r=8 has 2 proven flips (12.5%) where the default cap is 10%
     result = runner.invoke(app, ["validate", str(out), "--num-images", "16", "--max-branch-flips", "0.25", "--json"])
     report = json.loads(result.stdout)
-    assert result.exit_code == 0 and report["passed"] and report["top1_agreement"] == 1.0, result.output
-    for flip in report["branch_flips"]:  # near-tie flips are allowed only with the evidence (validate/branches.py)
-        assert flip["explained"] and flip["input_rel_diff"] <= 1e-4 and flip["replay_max_abs_diff"] <= 1e-4, flip
+    if report["precision"] == "fp32":
+        assert result.exit_code == 0 and report["passed"] and report["top1_agreement"] == 1.0, result.output
+    else:
+        # random weights give near-tied logits, and fp16/bf16 noise within tolerance swaps them: every
+        # other check must pass, and each top-1 flip must be such a near-tie (bf16 DeiT-S: 1 of 16 images)
+        from deploytk.validate.validator import Tolerances, near_tied_logits
+
+        tol = Tolerances(**report["tolerances"])
+        assert all(ok for check, ok in report["checks"].items() if not check.startswith("top1")), result.output
+        assert all(near_tied_logits(f, tol) for f in report["top1_flips"]), report["top1_flips"]
+        assert report["passed"] == (report["top1_agreement"] >= tol.min_top1_agreement)
+    # near-tie flips are allowed only with the evidence (validate/branches.py): the op's inputs equal
+    # to a few units of the graph's rounding (fp16 eps 9.8e-4, bf16 7.8e-3), the replay within tolerance
+    input_bound, replay_bound = {"fp32": (1e-4, 1e-4), "fp16": (4e-3, 5e-2), "bf16": (3e-2, 2e-1)}[report["precision"]]
+    for flip in report["branch_flips"]:
+        assert flip["explained"] and flip["input_rel_diff"] <= input_bound and flip["replay_max_abs_diff"] <= replay_bound, flip
     return manifest
 
 
