@@ -36,7 +36,9 @@ MARKERS = ["o", "s", "^", "D", "v", "P", "X", "<", ">", "h"]
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--configs", default="export_configs/digits_vit_*.yaml", help="Glob, relative to the repository root.")
-    p.add_argument("--data", type=Path, default=None, help="ImageFolder split to evaluate (default: the digits val split, written to a temp dir).")
+    p.add_argument(
+        "--data", type=Path, default=None, help="ImageFolder split to evaluate (default: the digits val split, written to a temp dir)."
+    )
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--limit", type=int, default=None, help="Evaluate only N images per config.")
     p.add_argument("--output-dir", type=Path, default=RESULTS)
@@ -113,8 +115,13 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     methods = sorted({r["method"] for r in rows})
     for i, method in enumerate(methods):
         pts = sorted((r for r in rows if r["method"] == method), key=lambda r: r["gflops"])
-        ax.plot([r["gflops"] for r in pts], [100 * r["top1"]["ort"] for r in pts], marker=MARKERS[i % len(MARKERS)],
-                linestyle="-", label=f"{method} (ONNX Runtime)")
+        ax.plot(
+            [r["gflops"] for r in pts],
+            [100 * r["top1"]["ort"] for r in pts],
+            marker=MARKERS[i % len(MARKERS)],
+            linestyle="-",
+            label=f"{method} (ONNX Runtime)",
+        )
     # label every point with its config name; points that (nearly) coincide get stacked labels
     placed: list[tuple[float, float]] = []
     xs, ys = [r["gflops"] for r in rows], [100 * r["top1"]["ort"] for r in rows]
@@ -181,8 +188,9 @@ def main(argv=None) -> int:
             for path in configs:
                 cfg = resolve_checkpoint(load_config(path))
                 console.print(f"[cyan]{path.relative_to(ROOT)}[/]: {settings_text(merge_as_written(path))}")
-                report = evaluate(cfg, data, batch_size=args.batch_size, limit=args.limit,
-                                  config_name=str(path.relative_to(ROOT)), console=console)
+                report = evaluate(
+                    cfg, data, batch_size=args.batch_size, limit=args.limit, config_name=str(path.relative_to(ROOT)), console=console
+                )
                 reports.append(report)
                 rows.append(row_of(path, report, merge_as_written(path)))
     except DeploytkError as err:
@@ -193,9 +201,14 @@ def main(argv=None) -> int:
         "benchmark": "digits ViT: accuracy vs GFLOPs of token-merging configs (PyTorch reference and ONNX Runtime CPU)",
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": command,
-        "data": {"description": data_desc, "num_images": reports[0]["num_images"], "classes": reports[0]["classes"],
-                 "limit": args.limit, "batch_size": args.batch_size,
-                 "one_image_is_percentage_points": round(100 / reports[0]["num_images"], 4)},
+        "data": {
+            "description": data_desc,
+            "num_images": reports[0]["num_images"],
+            "classes": reports[0]["classes"],
+            "limit": args.limit,
+            "batch_size": args.batch_size,
+            "one_image_is_percentage_points": round(100 / reports[0]["num_images"], 4),
+        },
         "device": device_info(),
         "versions": versions(),
         "results": rows,
@@ -205,8 +218,7 @@ def main(argv=None) -> int:
     tmp_json = out_json.with_name(f".{out_json.name}.tmp")
     tmp_json.write_text(json.dumps(result, indent=2) + "\n")
     os.replace(tmp_json, out_json)
-    plot(rows, args.output_dir / f"{STEM}.png",
-         f"digits ViT ({reports[0]['num_images']} val images): top-1 vs GFLOPs")
+    plot(rows, args.output_dir / f"{STEM}.png", f"digits ViT ({reports[0]['num_images']} val images): top-1 vs GFLOPs")
     print(markdown(rows, reports[0]["topk"]))
     print(f"\nwrote {out_json} and {args.output_dir / f'{STEM}.png'}", file=sys.stderr)
     return 0

@@ -32,12 +32,22 @@ def device_facts(device: str) -> dict:
     """What the numbers were measured on (GPU name, compute capability, memory, versions)."""
     import triton
 
-    info = {"device": device, "machine": platform.machine(), "python": platform.python_version(),
-            "torch": torch.__version__, "triton": triton.__version__, "cuda": torch.version.cuda}
+    info = {
+        "device": device,
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "cuda": torch.version.cuda,
+    }
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)
-        info |= {"gpu": props.name, "compute_capability": f"{props.major}.{props.minor}", "sm_count": props.multi_processor_count,
-                 "memory_gib": round(props.total_memory / 2**30, 1)}
+        info |= {
+            "gpu": props.name,
+            "compute_capability": f"{props.major}.{props.minor}",
+            "sm_count": props.multi_processor_count,
+            "memory_gib": round(props.total_memory / 2**30, 1),
+        }
     return info
 
 
@@ -82,8 +92,11 @@ def write_result(prefix: str, payload: dict, output: Path | None) -> Path:
     where = re.sub(r"[^a-z0-9]+", "_", env.get("gpu", env["device"]).lower()).strip("_")
     path = output or RESULTS / f"{prefix}_{where}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-               "command": shlex.join([Path(sys.executable).name, *sys.argv]), **payload}
+    payload = {
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": shlex.join([Path(sys.executable).name, *sys.argv]),
+        **payload,
+    }
     path.write_text(json.dumps(payload, indent=2) + "\n")
     print(f"wrote {path}")
     return path

@@ -97,14 +97,26 @@ def main(argv=None) -> dict:
             with torch.inference_mode():
                 for key, net in nets.items():
                     ms[key] = median(time_ms(lambda net=net: net(x), device, args.warmup, args.iterations))
-            row = {"model": name, "batch": batch, "dtype": args.dtype, "r": args.r, "tokens_per_layer": schedule.tokens,
-                   "median_ms": {k: round(v, 3) for k, v in ms.items()},
-                   **{f"speedup_{k}": round(ms["dense"] / v, 3) for k, v in ms.items() if k != "dense"}}
+            row = {
+                "model": name,
+                "batch": batch,
+                "dtype": args.dtype,
+                "r": args.r,
+                "tokens_per_layer": schedule.tokens,
+                "median_ms": {k: round(v, 3) for k, v in ms.items()},
+                **{f"speedup_{k}": round(ms["dense"] / v, 3) for k, v in ms.items() if k != "dense"},
+            }
             rows.append(row)
             merged = "  ".join(f"{k} {v:8.3f} ms ({ms['dense'] / v:.2f}x)" for k, v in ms.items() if k != "dense")
             print(f"{name:26s} b={batch:<3d} dense {ms['dense']:8.3f} ms  {merged}")
         del nets
-    payload = {"environment": device_facts(device), "smoke": args.smoke, "warmup": args.warmup, "iterations": args.iterations, "results": rows}
+    payload = {
+        "environment": device_facts(device),
+        "smoke": args.smoke,
+        "warmup": args.warmup,
+        "iterations": args.iterations,
+        "results": rows,
+    }
     write_result("end_to_end_latency", payload, args.output)
     return payload
 

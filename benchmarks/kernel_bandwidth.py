@@ -35,7 +35,9 @@ def parse_args(argv=None):
     p.add_argument("--channels", type=int, default=768)
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--r", type=int, default=16)
-    add_run_arguments(p, warmup=20, iterations=200, smoke="Tiny shapes, 1 iteration, CPU under TRITON_INTERPRET=1: checks the script, measures nothing.")
+    add_run_arguments(
+        p, warmup=20, iterations=200, smoke="Tiny shapes, 1 iteration, CPU under TRITON_INTERPRET=1: checks the script, measures nothing."
+    )
     return p.parse_args(argv)
 
 
@@ -74,13 +76,28 @@ def main(argv=None) -> dict:
 
     def record(op, shape, ms, nbytes, **extra):
         bound_ms = nbytes / (bw * 1e9) * 1e3
-        cases.append({"op": op, "dtype": args.dtype, "shape": shape, "ms": round(ms, 4), "bytes": nbytes,
-                      "bandwidth_bound_ms": float(f"{bound_ms:.6g}"), "x_bound": round(ms / bound_ms, 2), **extra})
+        cases.append(
+            {
+                "op": op,
+                "dtype": args.dtype,
+                "shape": shape,
+                "ms": round(ms, 4),
+                "bytes": nbytes,
+                "bandwidth_bound_ms": float(f"{bound_ms:.6g}"),
+                "x_bound": round(ms / bound_ms, 2),
+                **extra,
+            }
+        )
 
     ms = measure(lambda: launch.token_aggregate(x, size, dest, t, True))
     ref_ms = measure(lambda: aggregate_reference(x, size, dest, t, True))
-    record("TokenAggregate", {"B": b, "N": n, "C": c, "T": t}, ms, b * n * c * elem + b * n * (4 + 8) + b * t * c * elem,
-           pytorch_scatter_add_ms=round(ref_ms, 4))
+    record(
+        "TokenAggregate",
+        {"B": b, "N": n, "C": c, "T": t},
+        ms,
+        b * n * c * elem + b * n * (4 + 8) + b * t * c * elem,
+        pytorch_scatter_add_ms=round(ref_ms, 4),
+    )
     from deploytk.merging.atm import size_split_match
     from deploytk.merging.mctf import mctf_match
     from deploytk.merging.pruning import crucial_match, topk_select
@@ -91,14 +108,35 @@ def main(argv=None) -> dict:
     keep = (n - 1) * 7 // 10  # EViT keep rate 0.7
     merge, select = {"B": b, "N": n, "D": d, "r": r}, {"B": b, "N": n, "D": d, "keep": keep}
     matching = [  # (op, shape, kernel, eager reference, bytes of the float inputs)
-        ("ToMeMatch", merge, lambda: launch.tome_match(metric, r, 1, True), lambda: tome_dest(metric.float(), r, 1, True), b * n * d * elem),
-        ("MctfMatch", merge, lambda: launch.mctf_match(metric, received, size_low, r, 1, 1.0, 20.0, 40.0, True),
-         lambda: mctf_match(metric.float(), received.float(), size, r, 1, 1.0, 20.0, 40.0, True), b * n * (d + 2) * elem),
-        ("SizeSplitMatch", merge, lambda: launch.size_split_match(metric, size_low, r, 1), lambda: size_split_match(metric.float(), size, r, 1),
-         b * n * (d + 1) * elem),
+        (
+            "ToMeMatch",
+            merge,
+            lambda: launch.tome_match(metric, r, 1, True),
+            lambda: tome_dest(metric.float(), r, 1, True),
+            b * n * d * elem,
+        ),
+        (
+            "MctfMatch",
+            merge,
+            lambda: launch.mctf_match(metric, received, size_low, r, 1, 1.0, 20.0, 40.0, True),
+            lambda: mctf_match(metric.float(), received.float(), size, r, 1, 1.0, 20.0, 40.0, True),
+            b * n * (d + 2) * elem,
+        ),
+        (
+            "SizeSplitMatch",
+            merge,
+            lambda: launch.size_split_match(metric, size_low, r, 1),
+            lambda: size_split_match(metric.float(), size, r, 1),
+            b * n * (d + 1) * elem,
+        ),
         ("TopKSelect", select, lambda: launch.topk_select(scores, keep, 1), lambda: topk_select(scores.float(), keep, 1), b * n * elem),
-        ("CrucialMatch", select, lambda: launch.crucial_match(metric, scores, keep, 1),
-         lambda: crucial_match(metric.float(), scores.float(), keep, 1), b * n * (d + 1) * elem),
+        (
+            "CrucialMatch",
+            select,
+            lambda: launch.crucial_match(metric, scores, keep, 1),
+            lambda: crucial_match(metric.float(), scores.float(), keep, 1),
+            b * n * (d + 1) * elem,
+        ),
     ]
     for op, shape, kernel, reference, input_bytes in matching:
         record(op, shape, measure(kernel), input_bytes + b * n * 8, pytorch_reference_ms=round(measure(reference), 4))
@@ -106,8 +144,14 @@ def main(argv=None) -> dict:
     ms = measure(lambda: launch.proportional_attention(q, k, v, size, scale))
     sdpa_ms = measure(lambda: F.scaled_dot_product_attention(q, k, v))
     flops = 4 * b * h * n * n * d
-    record("ProportionalAttention", {"B": b, "H": h, "N": n, "D": d}, ms, 4 * b * h * n * d * elem + b * n * 4,
-           tflops=round(flops / (ms / 1e3) / 1e12, 2), pytorch_sdpa_ms=round(sdpa_ms, 4))
+    record(
+        "ProportionalAttention",
+        {"B": b, "H": h, "N": n, "D": d},
+        ms,
+        4 * b * h * n * d * elem + b * n * 4,
+        tflops=round(flops / (ms / 1e3) / 1e12, 2),
+        pytorch_sdpa_ms=round(sdpa_ms, 4),
+    )
 
     print(f"peak copy bandwidth {bw:.0f} GB/s ({device_facts(device).get('gpu', device)})")
     print(f"{'op':24s} {'shape':42s} {'ms':>9s} {'bound ms':>9s} {'x bound':>8s}  other")
@@ -116,9 +160,15 @@ def main(argv=None) -> dict:
         other = ", ".join(f"{key} {val}" for key, val in case.items() if key.startswith(("pytorch", "tflops")))
         print(f"{case['op']:24s} {shape:42s} {case['ms']:9.4f} {case['bandwidth_bound_ms']:9.4f} {case['x_bound']:8.2f}  {other}")
     merge = next(c for c in cases if c["op"] == "TokenAggregate")
-    payload = {"environment": device_facts(device), "smoke": args.smoke, "peak_bandwidth_gbs": round(bw, 1),
-               "warmup": args.warmup, "iterations": args.iterations, "cases": cases,
-               "merge_within_2x_of_bound": merge["x_bound"] <= 2.0}
+    payload = {
+        "environment": device_facts(device),
+        "smoke": args.smoke,
+        "peak_bandwidth_gbs": round(bw, 1),
+        "warmup": args.warmup,
+        "iterations": args.iterations,
+        "cases": cases,
+        "merge_within_2x_of_bound": merge["x_bound"] <= 2.0,
+    }
     write_result("kernel_bandwidth", payload, args.output)
     return payload
 

@@ -12,7 +12,6 @@ import functools
 import json
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -24,7 +23,6 @@ from deploytk.errors import DeploytkError
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, help=__doc__.splitlines()[0])
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 out_console = Console(highlight=False, soft_wrap=True)
-
 
 
 def _fail(message: str, code: int = 2):
@@ -72,12 +70,12 @@ def _load(config: Path, **overrides):
 @handle_errors
 def export(
     config: Path = typer.Argument(DEFAULT_CONFIG, help="Export config YAML."),
-    checkpoint: Optional[Path] = typer.Option(None, help=".safetensors or .pth state_dict to load."),
-    output: Optional[Path] = typer.Option(None, help="Artifact directory (default artifacts/<config stem>/)."),
-    model: Optional[str] = typer.Option(None, help="Override `model` (a timm ViT name)."),
-    method: Optional[str] = typer.Option(None, help="Override `merge.method`."),
-    r: Optional[str] = typer.Option(None, "--r", help="Override `merge.r`: 16 | 8,8,4 | 16:-1 (r:inflection)."),
-    precision: Optional[str] = typer.Option(None, help="Override `export.precision`: fp32 | fp16 | bf16 (precision lives in the graph)."),
+    checkpoint: Path | None = typer.Option(None, help=".safetensors or .pth state_dict to load."),
+    output: Path | None = typer.Option(None, help="Artifact directory (default artifacts/<config stem>/)."),
+    model: str | None = typer.Option(None, help="Override `model` (a timm ViT name)."),
+    method: str | None = typer.Option(None, help="Override `merge.method`."),
+    r: str | None = typer.Option(None, "--r", help="Override `merge.r`: 16 | 8,8,4 | 16:-1 (r:inflection)."),
+    precision: str | None = typer.Option(None, help="Override `export.precision`: fp32 | fp16 | bf16 (precision lives in the graph)."),
     json_out: bool = typer.Option(False, "--json", help="Print the manifest as JSON on stdout."),
 ):
     """Export CONFIG to DIR/model.onnx + DIR/manifest.json (written atomically)."""
@@ -106,18 +104,17 @@ def export(
 def validate(
     directory: Path = typer.Argument(..., help="Artifact directory written by `deploytk export`."),
     backend: str = typer.Option("ort", help="ort | ort-cuda | trt"),
-    images: Optional[Path] = typer.Option(None, help="Folder of real images (default: 64 seeded synthetic images)."),
+    images: Path | None = typer.Option(None, help="Folder of real images (default: 64 seeded synthetic images)."),
     num_images: int = typer.Option(64, help="Images to compare."),
     batch_size: int = typer.Option(8, help="Batch size of the comparison runs."),
-    atol: Optional[float] = typer.Option(None, help="Absolute tolerance on logits [fp32 1e-4, fp16 5e-2, bf16 0.2]."),
-    rtol: Optional[float] = typer.Option(None, help="Relative tolerance on logits [fp32 1e-4, fp16 5e-2, bf16 0.2]."),
-    min_cosine: Optional[float] = typer.Option(
-        None, help="Minimum per-image cosine similarity [fp32 0.99999, fp16 0.999, bf16 0.995]."
-    ),
-    min_top1: Optional[float] = typer.Option(None, help="Minimum top-1 agreement, a fraction [fp32 1.0, fp16 0.99, bf16 0.98]."),
-    max_branch_flips: Optional[float] = typer.Option(
-        None, help="Largest fraction of images allowed to take a different matching/selection choice at a proven near-tie "
-        "[fp32 0.1, fp16/bf16 0.5]."
+    atol: float | None = typer.Option(None, help="Absolute tolerance on logits [fp32 1e-4, fp16 5e-2, bf16 0.2]."),
+    rtol: float | None = typer.Option(None, help="Relative tolerance on logits [fp32 1e-4, fp16 5e-2, bf16 0.2]."),
+    min_cosine: float | None = typer.Option(None, help="Minimum per-image cosine similarity [fp32 0.99999, fp16 0.999, bf16 0.995]."),
+    min_top1: float | None = typer.Option(None, help="Minimum top-1 agreement, a fraction [fp32 1.0, fp16 0.99, bf16 0.98]."),
+    max_branch_flips: float | None = typer.Option(
+        None,
+        help="Largest fraction of images allowed to take a different matching/selection choice at a proven near-tie "
+        "[fp32 0.1, fp16/bf16 0.5].",
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
 ):
@@ -134,7 +131,8 @@ def validate(
     from deploytk.data import folder_batches, synthetic_batches
     from deploytk.export.artifacts import require_artifact_dir
     from deploytk.export.manifest import read_manifest
-    from deploytk.validate.validator import Tolerances, validate as run_validate
+    from deploytk.validate.validator import Tolerances
+    from deploytk.validate.validator import validate as run_validate
 
     if num_images < 1 or batch_size < 1:
         raise DeploytkError("--num-images and --batch-size must be >= 1.")
@@ -175,9 +173,13 @@ def validate(
         if report.branch_flips:
             _print_branch_flips(report)
             if precision != "fp32" and images is None:
-                out_console.print("[yellow]note:[/] a low-precision graph flips near-ties far more often on the synthetic noise "
-                                  "images than on real ones; validate with --images DIR for a representative answer.")
-        out_console.print("[bold green]PASS[/]" if report.passed else "[bold red]FAIL[/]: " + ", ".join(k for k, v in report.checks.items() if not v))
+                out_console.print(
+                    "[yellow]note:[/] a low-precision graph flips near-ties far more often on the synthetic noise "
+                    "images than on real ones; validate with --images DIR for a representative answer."
+                )
+        out_console.print(
+            "[bold green]PASS[/]" if report.passed else "[bold red]FAIL[/]: " + ", ".join(k for k, v in report.checks.items() if not v)
+        )
     raise typer.Exit(0 if report.passed else 1)
 
 
@@ -188,9 +190,11 @@ def _print_top1_flips(report, tol) -> None:
     shown = ", ".join(f"#{f['image']} ({f['reference_top1']}->{f['backend_top1']}, margin {f['reference_margin']:.2e})" for f in flips[:5])
     out_console.print(f"top-1 flips (image, reference->backend class, reference logit margin): {shown}{' ...' if len(flips) > 5 else ''}")
     if all(near_tied_logits(f, tol) for f in flips):
-        out_console.print("[yellow]note:[/] every flipped image's two classes are closer in the reference than the logit tolerance "
-                          "allows either to move (near-tied logits, typical of random weights); validate a real checkpoint "
-                          "with --images DIR for a representative top-1 agreement.")
+        out_console.print(
+            "[yellow]note:[/] every flipped image's two classes are closer in the reference than the logit tolerance "
+            "allows either to move (near-tied logits, typical of random weights); validate a real checkpoint "
+            "with --images DIR for a representative top-1 agreement."
+        )
 
 
 def _print_branch_flips(report) -> None:
@@ -199,13 +203,21 @@ def _print_branch_flips(report) -> None:
         flips.add_column(col)
     for f in report.branch_flips:
         where = f"{f['op']} #{f['call']}" if f["op"] else "none (same choices)"
-        flips.add_row(str(f["image"]), where, str(f["tokens_changed"]), f"{f['input_rel_diff']:.1e}",
-                      "yes" if f["op_reproduces_backend"] else "no", f"{f['replay_max_abs_diff']:.1e}",
-                      "[green]yes[/]" if f["explained"] else "[red]no[/]")
+        flips.add_row(
+            str(f["image"]),
+            where,
+            str(f["tokens_changed"]),
+            f"{f['input_rel_diff']:.1e}",
+            "yes" if f["op_reproduces_backend"] else "no",
+            f"{f['replay_max_abs_diff']:.1e}",
+            "[green]yes[/]" if f["explained"] else "[red]no[/]",
+        )
     out_console.print(flips)
     sb = report.same_branch
-    out_console.print(f"against the reference replayed on the backend's choices: max |logit diff| {sb['max_abs_diff']:.3e}, "
-                      f"min cosine {sb['cosine_similarity_min']:.7f}, top-1 {100 * sb['top1_agreement']:.2f}%")
+    out_console.print(
+        f"against the reference replayed on the backend's choices: max |logit diff| {sb['max_abs_diff']:.3e}, "
+        f"min cosine {sb['cosine_similarity_min']:.7f}, top-1 {100 * sb['top1_agreement']:.2f}%"
+    )
 
 
 @app.command()
@@ -230,13 +242,23 @@ def profile(
     if json_out:
         _emit_json(result)
         return
-    table = Table(title=f"{result['model']} {result['method']} r={result['r']} {result['precision']} on {backend} ({result['device'].get('gpu') or result['device'].get('cpu', '')})")
+    table = Table(
+        title=f"{result['model']} {result['method']} r={result['r']} {result['precision']} on {backend} ({result['device'].get('gpu') or result['device'].get('cpu', '')})"
+    )
     for col in ("batch", "merged p50 ms", "p90", "p99", "mean", "img/s", "dense p50 ms", "speedup"):
         table.add_column(col, justify="right")
     for row in result["results"]:
         lat, dense = row["latency_ms"], row["dense"]["latency_ms"]
-        table.add_row(str(row["batch_size"]), f"{lat['p50']:.2f}", f"{lat['p90']:.2f}", f"{lat['p99']:.2f}", f"{lat['mean']:.2f}",
-                      f"{row['throughput']:.1f}", f"{dense['p50']:.2f}", f"{row['speedup_vs_dense']:.2f}x")
+        table.add_row(
+            str(row["batch_size"]),
+            f"{lat['p50']:.2f}",
+            f"{lat['p90']:.2f}",
+            f"{lat['p99']:.2f}",
+            f"{lat['mean']:.2f}",
+            f"{row['throughput']:.1f}",
+            f"{dense['p50']:.2f}",
+            f"{row['speedup_vs_dense']:.2f}x",
+        )
     out_console.print(table)
 
 
@@ -244,9 +266,9 @@ def profile(
 @handle_errors
 def inspect(
     config: Path = typer.Argument(DEFAULT_CONFIG, help="Export config YAML."),
-    model: Optional[str] = typer.Option(None, help="Override `model`."),
-    method: Optional[str] = typer.Option(None, help="Override `merge.method`."),
-    r: Optional[str] = typer.Option(None, "--r", help="Override `merge.r`."),
+    model: str | None = typer.Option(None, help="Override `model`."),
+    method: str | None = typer.Option(None, help="Override `merge.method`."),
+    r: str | None = typer.Option(None, "--r", help="Override `merge.r`."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
 ):
     """Token schedule and GFLOPs (fvcore convention) per layer and in total; no weights needed."""
@@ -262,8 +284,15 @@ def inspect(
     sched = schedule_summary(ref)
     from deploytk.export.pipeline import method_summary
 
-    report = {"model": cfg.model, "method": cfg.merge.method, "r": cfg.merge.model_dump(mode="json")["r"], "prop_attn": cfg.merge.prop_attn,
-              "method_options": method_summary(cfg)["options"], **sched, **flops}
+    report = {
+        "model": cfg.model,
+        "method": cfg.merge.method,
+        "r": cfg.merge.model_dump(mode="json")["r"],
+        "prop_attn": cfg.merge.prop_attn,
+        "method_options": method_summary(cfg)["options"],
+        **sched,
+        **flops,
+    }
     if json_out:
         _emit_json(report)
         return
@@ -281,7 +310,9 @@ def inspect(
         f"tokens out of the last block: {sched['tokens_out']}"
     )
     if sched["capped"]:
-        out_console.print(f"[yellow]note:[/] r capped per layer (ToMe's rule): requested {sched['requested_r']}, effective {sched['effective_r']}")
+        out_console.print(
+            f"[yellow]note:[/] r capped per layer (ToMe's rule): requested {sched['requested_r']}, effective {sched['effective_r']}"
+        )
 
 
 @app.command()
@@ -314,12 +345,12 @@ def methods(json_out: bool = typer.Option(False, "--json", help="Print the metho
 @handle_errors
 def calibrate(
     config: Path = typer.Argument(..., help="Config YAML with `merge.method: atm`."),
-    images: Optional[Path] = typer.Option(None, help="Folder of calibration images (timm preprocessing)."),
-    synthetic: Optional[int] = typer.Option(None, help="Use N seeded synthetic images instead of --images."),
+    images: Path | None = typer.Option(None, help="Folder of calibration images (timm preprocessing)."),
+    synthetic: int | None = typer.Option(None, help="Use N seeded synthetic images instead of --images."),
     num_images: int = typer.Option(256, help="Calibration images taken from --images."),
     batch_size: int = typer.Option(16, help="Calibration batch size (ATM's r is adaptive per batch)."),
     quantile: float = typer.Option(0.5, help="Per-layer statistic over batches: this quantile of ATM's r (0.5 = median)."),
-    output: Optional[Path] = typer.Option(None, help="New config path (default: CONFIG's folder/<stem>_calibrated.yaml)."),
+    output: Path | None = typer.Option(None, help="New config path (default: CONFIG's folder/<stem>_calibrated.yaml)."),
     json_out: bool = typer.Option(False, "--json", help="Print the calibration report as JSON on stdout."),
 ):
     """Run ATM dynamically on calibration data and write a config with a fixed per-layer schedule."""
@@ -371,7 +402,9 @@ def calibrate(
     if json_out:
         _emit_json({"output": str(output), **report})
         return
-    out_console.print(f"[green]calibrated[/] {config} -> {output}\n  r per layer: {report['r']}\n  from {report['images']} images in {report['batches']} batches ({source}); {report['statistic']}")
+    out_console.print(
+        f"[green]calibrated[/] {config} -> {output}\n  r per layer: {report['r']}\n  from {report['images']} images in {report['batches']} batches ({source}); {report['statistic']}"
+    )
 
 
 @app.command()
@@ -383,7 +416,9 @@ def build(
     attention_impl: str = typer.Option("plugin", help="plugin (deploytk's kernel) | native (TensorRT's fused attention, log(size) mask)."),
     opt_level: int = typer.Option(3, help="TensorRT builder optimization level 0..5."),
     timing_cache: Path = typer.Option(None, help="Timing cache file, read if present and updated after the build."),
-    baseline: bool = typer.Option(True, help="Also build the unmerged model the same way (baseline.engine), which `profile --backend trt` compares against."),
+    baseline: bool = typer.Option(
+        True, help="Also build the unmerged model the same way (baseline.engine), which `profile --backend trt` compares against."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the engine manifest as JSON on stdout."),
 ):
     """Build DIR/model.engine (+ baseline.engine, engine.json) with TensorRT and the deploytk plugins (needs TensorRT and a GPU)."""
@@ -391,16 +426,24 @@ def build(
     from deploytk.build.options import build_options
     from deploytk.export.artifacts import require_artifact_dir
 
-    options = build_options(batch, merge_impl=merge_impl, attention_impl=attention_impl, opt_level=opt_level,
-                            timing_cache=str(timing_cache) if timing_cache else None, baseline=baseline)
+    options = build_options(
+        batch,
+        merge_impl=merge_impl,
+        attention_impl=attention_impl,
+        opt_level=opt_level,
+        timing_cache=str(timing_cache) if timing_cache else None,
+        baseline=baseline,
+    )
     require_artifact_dir(directory)
     with progress(not json_out) as step:
         record = build_engine(directory, options, step)
     if json_out:
         _emit_json(record)
     else:
-        out_console.print(f"[green]built[/] {directory / 'model.engine'} in {record['build_seconds']} s "
-                          f"(TensorRT {record['tensorrt']}, {record['gpu']}; plugins: {', '.join(record['plugin_ops']) or 'none'})")
+        out_console.print(
+            f"[green]built[/] {directory / 'model.engine'} in {record['build_seconds']} s "
+            f"(TensorRT {record['tensorrt']}, {record['gpu']}; plugins: {', '.join(record['plugin_ops']) or 'none'})"
+        )
 
 
 @app.command("eval")
@@ -408,9 +451,11 @@ def build(
 def eval_accuracy(
     config: Path = typer.Argument(..., help="Export config YAML (model, weights, merge schedule)."),
     data: Path = typer.Option(..., "--data", help="ImageFolder tree DIR/<class>/<image>; classes = sorted folder names."),
-    artifacts: Optional[Path] = typer.Option(None, "--artifacts", help="Existing `deploytk export` directory of CONFIG (default: export to a temp dir)."),
+    artifacts: Path | None = typer.Option(
+        None, "--artifacts", help="Existing `deploytk export` directory of CONFIG (default: export to a temp dir)."
+    ),
     batch_size: int = typer.Option(64, "--batch-size", help="Images per batch."),
-    limit: Optional[int] = typer.Option(None, "--limit", help="Evaluate only N images (class-interleaved, deterministic)."),
+    limit: int | None = typer.Option(None, "--limit", help="Evaluate only N images (class-interleaved, deterministic)."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
 ):
     """Top-1/top-5 on an ImageFolder of the unmerged model, the merged reference and ONNX Runtime, with GFLOPs."""
@@ -427,13 +472,30 @@ def eval_accuracy(
     k = report["topk"]
     options = report["merge"].get("options") or {}
     settings = ", ".join(f"{key}={value}" for key, value in options.items()) if options else f"r={report['r']}"
-    table = Table(title=f"{config}: {report['method']} {settings} on {report['data']} ({report['num_images']} images, {report['num_classes']} classes)")
+    table = Table(
+        title=f"{config}: {report['method']} {settings} on {report['data']} ({report['num_images']} images, {report['num_classes']} classes)"
+    )
     for col in ("model", "top-1", f"top-{k}", "GFLOPs"):
         table.add_column(col, justify="right" if col != "model" else "left")
-    table.add_row("dense (timm, unmerged)", f"{100 * report['dense']['top1']:.2f}%", f"{100 * report['dense']['top5']:.2f}%", f"{report['dense_gflops']:.4f}")
-    table.add_row("reference (PyTorch, merged)", f"{100 * report['reference']['top1']:.2f}%", f"{100 * report['reference']['top5']:.2f}%", f"{report['gflops']:.4f}")
+    table.add_row(
+        "dense (timm, unmerged)",
+        f"{100 * report['dense']['top1']:.2f}%",
+        f"{100 * report['dense']['top5']:.2f}%",
+        f"{report['dense_gflops']:.4f}",
+    )
+    table.add_row(
+        "reference (PyTorch, merged)",
+        f"{100 * report['reference']['top1']:.2f}%",
+        f"{100 * report['reference']['top5']:.2f}%",
+        f"{report['gflops']:.4f}",
+    )
     low = report["precision"] + (" emulated" if report["ort_emulation"] else "") if report["precision"] != "fp32" else ""
-    table.add_row(f"ONNX Runtime (merged{', ' + low if low else ''})", f"{100 * report['ort']['top1']:.2f}%", f"{100 * report['ort']['top5']:.2f}%", f"{report['gflops']:.4f}")
+    table.add_row(
+        f"ONNX Runtime (merged{', ' + low if low else ''})",
+        f"{100 * report['ort']['top1']:.2f}%",
+        f"{100 * report['ort']['top5']:.2f}%",
+        f"{report['gflops']:.4f}",
+    )
     out_console.print(table)
     out_console.print(
         f"ORT vs reference top-1 agreement: {100 * report['agreement']:.2f}%   "
@@ -445,7 +507,9 @@ def eval_accuracy(
 @app.command()
 @handle_errors
 def selftest(
-    json_out: bool = typer.Option(False, "--json", help='Print {"cases": [{"op", "dtype", "shape", "max_abs_err", "passed"}, ...]} on stdout.'),
+    json_out: bool = typer.Option(
+        False, "--json", help='Print {"cases": [{"op", "dtype", "shape", "max_abs_err", "passed"}, ...]} on stdout.'
+    ),
     seed: int = typer.Option(0, help="Seed of the randomized shapes and inputs."),
 ):
     """Run every Triton kernel against the PyTorch reference (GPU natively; CPU via TRITON_INTERPRET=1)."""
@@ -529,7 +593,12 @@ def doctor(json_out: bool = typer.Option(False, "--json", help="Print the report
     table.add_column("value")
     for name, version in report["packages"].items():
         table.add_row(name, version or "[red]not installed[/]")
-    table.add_row("onnxruntime providers", ", ".join(report["onnxruntime_providers"]) if isinstance(report["onnxruntime_providers"], list) else str(report["onnxruntime_providers"]))
+    table.add_row(
+        "onnxruntime providers",
+        ", ".join(report["onnxruntime_providers"])
+        if isinstance(report["onnxruntime_providers"], list)
+        else str(report["onnxruntime_providers"]),
+    )
     table.add_row("torch CUDA build", str(report["torch_cuda_build"]))
     table.add_row("GPU", report["gpu"] or "none (CPU only)")
     table.add_row("triton", report["triton"] or "not installed")

@@ -109,9 +109,7 @@ def config_from_dict(data: dict, source: str = "(in memory)") -> DeployConfig:
         raise _format_validation_error(err, source) from None
     r = cfg.merge.r
     if isinstance(r, int) and r < 0 or isinstance(r, list) and any(v < 0 for v in r):
-        raise DeploytkError(
-            f"invalid config {source}: `merge.r` = {r!r}: r must not be negative; allowed: {_ALLOWED['r']}."
-        )
+        raise DeploytkError(f"invalid config {source}: `merge.r` = {r!r}: r must not be negative; allowed: {_ALLOWED['r']}.")
     from deploytk.merging.registry import get_method
 
     try:

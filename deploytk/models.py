@@ -41,9 +41,7 @@ def create_vit(cfg: DeployConfig) -> nn.Module:
     except TypeError as err:  # non-ViT models reject img_size; unknown model_kwargs land here too
         bad = [k for k in cfg.model_kwargs if k in str(err)]
         if bad:
-            raise DeploytkError(
-                f"timm model {cfg.model!r} does not accept `model_kwargs.{bad[0]}` ({err})."
-            ) from None
+            raise DeploytkError(f"timm model {cfg.model!r} does not accept `model_kwargs.{bad[0]}` ({err}).") from None
         if "img_size" in str(err):
             raise DeploytkError(
                 f"model {cfg.model!r} is not a timm VisionTransformer; deploytk supports the "

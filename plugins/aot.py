@@ -8,9 +8,9 @@ it. Compiling needs Triton's LLVM backend only, no GPU.
 from __future__ import annotations
 
 import hashlib
-import re
 import inspect
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,21 +76,36 @@ def topk_select_variant(dtype: str, tokens: int) -> KernelVariant:
 def crucial_match_variant(dtype: str, tokens: int, channels: int) -> KernelVariant:
     from deploytk.kernels import crucial_match as k
 
-    sig = {"metric_ptr": POINTER[dtype], "scores_ptr": POINTER[dtype], "N": "i32", "D": "i32", "KEEP": "i32", "PROTECTED": "i32",
-           "dest_ptr": "*i64"}
+    sig = {
+        "metric_ptr": POINTER[dtype],
+        "scores_ptr": POINTER[dtype],
+        "N": "i32",
+        "D": "i32",
+        "KEEP": "i32",
+        "PROTECTED": "i32",
+        "dest_ptr": "*i64",
+    }
     return KernelVariant("CrucialMatch", dtype, k.config(tokens, channels), sig)
 
 
 def size_split_match_variant(dtype: str, tokens: int, channels: int) -> KernelVariant:
     from deploytk.kernels import size_split_match as k
 
-    sig = {"metric_ptr": POINTER[dtype], "size_ptr": POINTER[dtype], "N": "i32", "D": "i32", "R": "i32", "PROTECTED": "i32",
-           "dest_ptr": "*i64"}
+    sig = {
+        "metric_ptr": POINTER[dtype],
+        "size_ptr": POINTER[dtype],
+        "N": "i32",
+        "D": "i32",
+        "R": "i32",
+        "PROTECTED": "i32",
+        "dest_ptr": "*i64",
+    }
     return KernelVariant("SizeSplitMatch", dtype, k.config(tokens, channels), sig)
 
 
-def mctf_match_variant(dtype: str, tokens: int, channels: int, tau_sim: float, tau_info: float, tau_size: float,
-                       bidirection: bool) -> KernelVariant:
+def mctf_match_variant(
+    dtype: str, tokens: int, channels: int, tau_sim: float, tau_info: float, tau_size: float, bidirection: bool
+) -> KernelVariant:
     """The taus become compile-time exponents (1/tau, 0 = off), as the attention scale does: AOT plugin scalars are ints."""
     from deploytk.kernels import mctf_match as k
 
@@ -103,8 +118,13 @@ def _num_warps(variant: KernelVariant) -> int:
     """The torch launcher's choice for the same kernel and tiles."""
     from deploytk.kernels import mctf_match, tome_match, topk_select
 
-    rule = {"ToMeMatch": tome_match.num_warps, "MctfMatch": mctf_match.num_warps, "TopKSelect": topk_select.num_warps,
-            "CrucialMatch": topk_select.num_warps, "SizeSplitMatch": topk_select.num_warps}.get(variant.op)
+    rule = {
+        "ToMeMatch": tome_match.num_warps,
+        "MctfMatch": mctf_match.num_warps,
+        "TopKSelect": topk_select.num_warps,
+        "CrucialMatch": topk_select.num_warps,
+        "SizeSplitMatch": topk_select.num_warps,
+    }.get(variant.op)
     return rule(variant.constexprs) if rule else 4
 
 
@@ -121,13 +141,19 @@ def _kernel_fn(op: str):
     from deploytk.kernels.mctf_match import mctf_match_kernel
     from deploytk.kernels.proportional_attention import proportional_attention_kernel
     from deploytk.kernels.size_split_match import size_split_match_kernel
-    from deploytk.kernels.tome_match import tome_match_kernel
     from deploytk.kernels.token_aggregate import token_aggregate_kernel
+    from deploytk.kernels.tome_match import tome_match_kernel
     from deploytk.kernels.topk_select import topk_select_kernel
 
-    return {"TokenAggregate": token_aggregate_kernel, "ProportionalAttention": proportional_attention_kernel, "ToMeMatch": tome_match_kernel,
-            "MctfMatch": mctf_match_kernel, "SizeSplitMatch": size_split_match_kernel, "TopKSelect": topk_select_kernel,
-            "CrucialMatch": crucial_match_kernel}[op]
+    return {
+        "TokenAggregate": token_aggregate_kernel,
+        "ProportionalAttention": proportional_attention_kernel,
+        "ToMeMatch": tome_match_kernel,
+        "MctfMatch": mctf_match_kernel,
+        "SizeSplitMatch": size_split_match_kernel,
+        "TopKSelect": topk_select_kernel,
+        "CrucialMatch": crucial_match_kernel,
+    }[op]
 
 
 def strip_hidden_params(ptx: str, kernel_name: str, visible: int) -> str:
@@ -145,7 +171,9 @@ def strip_hidden_params(ptx: str, kernel_name: str, visible: int) -> str:
     body = ptx[end:]
     used = [name for name in hidden if re.search(rf"\b{re.escape(name)}\b", body)]
     if used:
-        raise DeploytkError(f"internal: kernel {kernel_name} uses Triton's hidden parameters {used}; TensorRT AOT plugins cannot pass them.")
+        raise DeploytkError(
+            f"internal: kernel {kernel_name} uses Triton's hidden parameters {used}; TensorRT AOT plugins cannot pass them."
+        )
     return ptx[:start] + "\n\t" + ",\n\t".join(params[:visible]) + "\n" + ptx[end:]
 
 
@@ -178,15 +206,18 @@ def compile_variant(variant: KernelVariant, arch: str) -> CompiledKernel:
     tried = []
     for stages in NUM_STAGES:
         src = ASTSource(fn=fn, signature=signature, **{key: dict(variant.constexprs)})
-        compiled = triton.compile(src, target=GPUTarget("cuda", ARCHES[arch], 32),
-                                  options={"num_warps": _num_warps(variant), "num_stages": stages})
+        compiled = triton.compile(
+            src, target=GPUTarget("cuda", ARCHES[arch], 32), options={"num_warps": _num_warps(variant), "num_stages": stages}
+        )
         md = compiled.metadata
         tried.append(f"{md.shared} B at {stages} stage(s)")
         if md.shared <= SHARED_MEM_LIMIT:
             break
     else:
-        raise DeploytkError(f"internal: kernel {variant.label} needs more than {SHARED_MEM_LIMIT} B of shared memory for {arch} "
-                            f"({'; '.join(tried)}), the most a TensorRT AOT plugin kernel can count on.")
+        raise DeploytkError(
+            f"internal: kernel {variant.label} needs more than {SHARED_MEM_LIMIT} B of shared memory for {arch} "
+            f"({'; '.join(tried)}), the most a TensorRT AOT plugin kernel can count on."
+        )
     if getattr(md, "global_scratch_size", 0) or getattr(md, "profile_scratch_size", 0):
         raise DeploytkError(f"internal: kernel {md.name} needs Triton global scratch memory, which TensorRT AOT plugins do not provide.")
     ptx = strip_hidden_params(compiled.asm["ptx"], md.name, len(variant.signature))
@@ -218,16 +249,40 @@ def compile_all(arch: str, output: Path, variants: list[KernelVariant] | None = 
             step(f"compiling {v.label} for {arch}")
             k = compile_variant(v, arch)
             (tmp / f"{v.label}.ptx").write_text(k.ptx)
-            records.append({
-                "op": v.op, "dtype": v.dtype, "constexprs": v.constexprs, "file": f"{v.label}.ptx", "kernel_name": k.kernel_name,
-                "num_warps": k.num_warps, "num_stages": k.num_stages, "block_x": k.num_warps * 32, "shared_mem": k.shared_mem, "arch": arch,
-                "ptx_sha256": hashlib.sha256(k.ptx.encode()).hexdigest(),
-            })
+            records.append(
+                {
+                    "op": v.op,
+                    "dtype": v.dtype,
+                    "constexprs": v.constexprs,
+                    "file": f"{v.label}.ptx",
+                    "kernel_name": k.kernel_name,
+                    "num_warps": k.num_warps,
+                    "num_stages": k.num_stages,
+                    "block_x": k.num_warps * 32,
+                    "shared_mem": k.shared_mem,
+                    "arch": arch,
+                    "ptx_sha256": hashlib.sha256(k.ptx.encode()).hexdigest(),
+                }
+            )
         index = {"arch": arch, "kernels": records}
         (tmp / "kernels.json").write_text(json.dumps(index, indent=2) + "\n")
     return index
 
 
-__all__ = ["ARCHES", "SHARED_MEM_LIMIT", "KernelVariant", "CompiledKernel", "compile_variant", "compile_all", "standard_variants",
-           "token_aggregate_variant", "proportional_attention_variant", "tome_match_variant", "mctf_match_variant",
-           "size_split_match_variant", "topk_select_variant", "crucial_match_variant", "strip_hidden_params"]
+__all__ = [
+    "ARCHES",
+    "SHARED_MEM_LIMIT",
+    "KernelVariant",
+    "CompiledKernel",
+    "compile_variant",
+    "compile_all",
+    "standard_variants",
+    "token_aggregate_variant",
+    "proportional_attention_variant",
+    "tome_match_variant",
+    "mctf_match_variant",
+    "size_split_match_variant",
+    "topk_select_variant",
+    "crucial_match_variant",
+    "strip_hidden_params",
+]

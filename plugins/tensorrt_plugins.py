@@ -33,8 +33,13 @@ PLUGIN_NAMESPACE = "deploytk"
 PLUGIN_VERSION = "1"
 PLUGIN_OPS = ("ToMeMatch", "TokenAggregate", "ProportionalAttention", "MctfMatch", "SizeSplitMatch", "TopKSelect", "CrucialMatch")
 #: matching ops -> their float inputs (the order of the ONNX node); each has one output, dest [B, N] INT64
-MATCH_INPUTS = {"ToMeMatch": ("metric",), "MctfMatch": ("metric", "received", "size"), "SizeSplitMatch": ("metric", "size"),
-                "TopKSelect": ("scores",), "CrucialMatch": ("metric", "scores")}
+MATCH_INPUTS = {
+    "ToMeMatch": ("metric",),
+    "MctfMatch": ("metric", "received", "size"),
+    "SizeSplitMatch": ("metric", "size"),
+    "TopKSelect": ("scores",),
+    "CrucialMatch": ("metric", "scores"),
+}
 _TRT_DTYPE = {"fp32": "FP32", "fp16": "FP16", "bf16": "BF16"}
 
 
@@ -124,7 +129,6 @@ def register_plugins() -> None:
     from deploytk.backends.trt import require_tensorrt
 
     require_tensorrt("registering the deploytk TensorRT plugins")
-    from typing import List, Tuple, Union
 
     import numpy as np
     import numpy.typing as npt
@@ -132,13 +136,19 @@ def register_plugins() -> None:
     import tensorrt.plugin as trtp
 
     from plugins.aot import (
-        compile_variant, crucial_match_variant, mctf_match_variant, proportional_attention_variant, size_split_match_variant,
-        token_aggregate_variant, tome_match_variant, topk_select_variant,
+        compile_variant,
+        crucial_match_variant,
+        mctf_match_variant,
+        proportional_attention_variant,
+        size_split_match_variant,
+        token_aggregate_variant,
+        tome_match_variant,
+        topk_select_variant,
     )
 
     names = {trt.float32: "fp32", trt.float16: "fp16", trt.bfloat16: "bf16"}
     Ints, Floats = npt.NDArray[np.int32], npt.NDArray[np.float32]
-    AOTResult = Tuple[Union[str, bytes], Union[str, bytes], trtp.KernelLaunchParams, trtp.SymIntExprs]
+    AOTResult = tuple[str | bytes, str | bytes, trtp.KernelLaunchParams, trtp.SymIntExprs]
 
     def arch() -> str:
         import torch
@@ -180,12 +190,13 @@ def register_plugins() -> None:
         return dest_like("ToMeMatch", metric)
 
     @trtp.autotune(f"{PLUGIN_NAMESPACE}::ToMeMatch")
-    def _(metric: trtp.TensorDesc, outputs: Tuple[trtp.TensorDesc]) -> List[trtp.AutoTuneCombination]:
+    def _(metric: trtp.TensorDesc, outputs: tuple[trtp.TensorDesc]) -> list[trtp.AutoTuneCombination]:
         return combos("ToMeMatch")
 
     @trtp.aot_impl(f"{PLUGIN_NAMESPACE}::ToMeMatch")
-    def _(metric: trtp.TensorDesc, r: Ints, protected: Ints, sort_unmerged: Ints, tokens: Ints,
-          outputs: Tuple[trtp.TensorDesc], tactic: int) -> AOTResult:
+    def _(
+        metric: trtp.TensorDesc, r: Ints, protected: Ints, sort_unmerged: Ints, tokens: Ints, outputs: tuple[trtp.TensorDesc], tactic: int
+    ) -> AOTResult:
         n, d = scalar(tokens), const(metric.shape_expr[2])
         variant = tome_match_variant(names[metric.dtype], n, d, bool(scalar(sort_unmerged)))
         return matching_result(variant, metric.shape_expr[0], [n, d, scalar(r), scalar(protected)])
@@ -198,12 +209,21 @@ def register_plugins() -> None:
         return out
 
     @trtp.autotune(f"{PLUGIN_NAMESPACE}::TokenAggregate")
-    def _(x: trtp.TensorDesc, weight: trtp.TensorDesc, dest: trtp.TensorDesc, outputs: Tuple[trtp.TensorDesc]) -> List[trtp.AutoTuneCombination]:
+    def _(
+        x: trtp.TensorDesc, weight: trtp.TensorDesc, dest: trtp.TensorDesc, outputs: tuple[trtp.TensorDesc]
+    ) -> list[trtp.AutoTuneCombination]:
         return combos("TokenAggregate")
 
     @trtp.aot_impl(f"{PLUGIN_NAMESPACE}::TokenAggregate")
-    def _(x: trtp.TensorDesc, weight: trtp.TensorDesc, dest: trtp.TensorDesc, tokens_out: Ints, normalize: Ints,
-          outputs: Tuple[trtp.TensorDesc], tactic: int) -> AOTResult:
+    def _(
+        x: trtp.TensorDesc,
+        weight: trtp.TensorDesc,
+        dest: trtp.TensorDesc,
+        tokens_out: Ints,
+        normalize: Ints,
+        outputs: tuple[trtp.TensorDesc],
+        tactic: int,
+    ) -> AOTResult:
         tokens, channels = const(x.shape_expr[1]), const(x.shape_expr[2])
         variant = token_aggregate_variant(names[x.dtype], channels, bool(scalar(normalize)))
         compiled = compile_variant(variant, arch())
@@ -217,12 +237,21 @@ def register_plugins() -> None:
         return q.like()
 
     @trtp.autotune(f"{PLUGIN_NAMESPACE}::ProportionalAttention")
-    def _(q: trtp.TensorDesc, k: trtp.TensorDesc, v: trtp.TensorDesc, size: trtp.TensorDesc, outputs: Tuple[trtp.TensorDesc]) -> List[trtp.AutoTuneCombination]:
+    def _(
+        q: trtp.TensorDesc, k: trtp.TensorDesc, v: trtp.TensorDesc, size: trtp.TensorDesc, outputs: tuple[trtp.TensorDesc]
+    ) -> list[trtp.AutoTuneCombination]:
         return combos("ProportionalAttention")
 
     @trtp.aot_impl(f"{PLUGIN_NAMESPACE}::ProportionalAttention")
-    def _(q: trtp.TensorDesc, k: trtp.TensorDesc, v: trtp.TensorDesc, size: trtp.TensorDesc, scale: Floats,
-          outputs: Tuple[trtp.TensorDesc], tactic: int) -> AOTResult:
+    def _(
+        q: trtp.TensorDesc,
+        k: trtp.TensorDesc,
+        v: trtp.TensorDesc,
+        size: trtp.TensorDesc,
+        scale: Floats,
+        outputs: tuple[trtp.TensorDesc],
+        tactic: int,
+    ) -> AOTResult:
         heads, tokens, head_dim = (const(q.shape_expr[i]) for i in (1, 2, 3))
         variant = proportional_attention_variant(names[q.dtype], head_dim, float(np.float32(scalar(scale))))
         compiled = compile_variant(variant, arch())
@@ -232,17 +261,41 @@ def register_plugins() -> None:
 
     # MctfMatch: metric [B, N, D], received [B, N], size [B, N, 1] -> dest [B, N] int64
     @trtp.register(f"{PLUGIN_NAMESPACE}::MctfMatch")
-    def _(metric: trtp.TensorDesc, received: trtp.TensorDesc, size: trtp.TensorDesc, r: Ints, protected: Ints, tau_sim: Floats,
-          tau_info: Floats, tau_size: Floats, bidirection: Ints, tokens: Ints) -> trtp.TensorDesc:
+    def _(
+        metric: trtp.TensorDesc,
+        received: trtp.TensorDesc,
+        size: trtp.TensorDesc,
+        r: Ints,
+        protected: Ints,
+        tau_sim: Floats,
+        tau_info: Floats,
+        tau_size: Floats,
+        bidirection: Ints,
+        tokens: Ints,
+    ) -> trtp.TensorDesc:
         return dest_like("MctfMatch", metric)
 
     @trtp.autotune(f"{PLUGIN_NAMESPACE}::MctfMatch")
-    def _(metric: trtp.TensorDesc, received: trtp.TensorDesc, size: trtp.TensorDesc, outputs: Tuple[trtp.TensorDesc]) -> List[trtp.AutoTuneCombination]:
+    def _(
+        metric: trtp.TensorDesc, received: trtp.TensorDesc, size: trtp.TensorDesc, outputs: tuple[trtp.TensorDesc]
+    ) -> list[trtp.AutoTuneCombination]:
         return combos("MctfMatch")
 
     @trtp.aot_impl(f"{PLUGIN_NAMESPACE}::MctfMatch")
-    def _(metric: trtp.TensorDesc, received: trtp.TensorDesc, size: trtp.TensorDesc, r: Ints, protected: Ints, tau_sim: Floats,
-          tau_info: Floats, tau_size: Floats, bidirection: Ints, tokens: Ints, outputs: Tuple[trtp.TensorDesc], tactic: int) -> AOTResult:
+    def _(
+        metric: trtp.TensorDesc,
+        received: trtp.TensorDesc,
+        size: trtp.TensorDesc,
+        r: Ints,
+        protected: Ints,
+        tau_sim: Floats,
+        tau_info: Floats,
+        tau_size: Floats,
+        bidirection: Ints,
+        tokens: Ints,
+        outputs: tuple[trtp.TensorDesc],
+        tactic: int,
+    ) -> AOTResult:
         n, d = scalar(tokens), const(metric.shape_expr[2])
         taus = (float(np.float32(scalar(t))) for t in (tau_sim, tau_info, tau_size))
         variant = mctf_match_variant(names[metric.dtype], n, d, *taus, bool(scalar(bidirection)))
@@ -254,12 +307,13 @@ def register_plugins() -> None:
         return dest_like("SizeSplitMatch", metric)
 
     @trtp.autotune(f"{PLUGIN_NAMESPACE}::SizeSplitMatch")
-    def _(metric: trtp.TensorDesc, size: trtp.TensorDesc, outputs: Tuple[trtp.TensorDesc]) -> List[trtp.AutoTuneCombination]:
+    def _(metric: trtp.TensorDesc, size: trtp.TensorDesc, outputs: tuple[trtp.TensorDesc]) -> list[trtp.AutoTuneCombination]:
         return combos("SizeSplitMatch")
 
     @trtp.aot_impl(f"{PLUGIN_NAMESPACE}::SizeSplitMatch")
-    def _(metric: trtp.TensorDesc, size: trtp.TensorDesc, r: Ints, protected: Ints, tokens: Ints,
-          outputs: Tuple[trtp.TensorDesc], tactic: int) -> AOTResult:
+    def _(
+        metric: trtp.TensorDesc, size: trtp.TensorDesc, r: Ints, protected: Ints, tokens: Ints, outputs: tuple[trtp.TensorDesc], tactic: int
+    ) -> AOTResult:
         n, d = scalar(tokens), const(metric.shape_expr[2])
         variant = size_split_match_variant(names[metric.dtype], n, d)
         return matching_result(variant, metric.shape_expr[0], [n, d, scalar(r), scalar(protected)])
@@ -270,11 +324,11 @@ def register_plugins() -> None:
         return dest_like("TopKSelect", scores)
 
     @trtp.autotune(f"{PLUGIN_NAMESPACE}::TopKSelect")
-    def _(scores: trtp.TensorDesc, outputs: Tuple[trtp.TensorDesc]) -> List[trtp.AutoTuneCombination]:
+    def _(scores: trtp.TensorDesc, outputs: tuple[trtp.TensorDesc]) -> list[trtp.AutoTuneCombination]:
         return combos("TopKSelect")
 
     @trtp.aot_impl(f"{PLUGIN_NAMESPACE}::TopKSelect")
-    def _(scores: trtp.TensorDesc, keep: Ints, protected: Ints, tokens: Ints, outputs: Tuple[trtp.TensorDesc], tactic: int) -> AOTResult:
+    def _(scores: trtp.TensorDesc, keep: Ints, protected: Ints, tokens: Ints, outputs: tuple[trtp.TensorDesc], tactic: int) -> AOTResult:
         n = scalar(tokens)
         return matching_result(topk_select_variant(names[scores.dtype], n), scores.shape_expr[0], [n, scalar(keep), scalar(protected)])
 
@@ -284,12 +338,19 @@ def register_plugins() -> None:
         return dest_like("CrucialMatch", metric)
 
     @trtp.autotune(f"{PLUGIN_NAMESPACE}::CrucialMatch")
-    def _(metric: trtp.TensorDesc, scores: trtp.TensorDesc, outputs: Tuple[trtp.TensorDesc]) -> List[trtp.AutoTuneCombination]:
+    def _(metric: trtp.TensorDesc, scores: trtp.TensorDesc, outputs: tuple[trtp.TensorDesc]) -> list[trtp.AutoTuneCombination]:
         return combos("CrucialMatch")
 
     @trtp.aot_impl(f"{PLUGIN_NAMESPACE}::CrucialMatch")
-    def _(metric: trtp.TensorDesc, scores: trtp.TensorDesc, keep: Ints, protected: Ints, tokens: Ints,
-          outputs: Tuple[trtp.TensorDesc], tactic: int) -> AOTResult:
+    def _(
+        metric: trtp.TensorDesc,
+        scores: trtp.TensorDesc,
+        keep: Ints,
+        protected: Ints,
+        tokens: Ints,
+        outputs: tuple[trtp.TensorDesc],
+        tactic: int,
+    ) -> AOTResult:
         n, d = scalar(tokens), const(metric.shape_expr[2])
         variant = crucial_match_variant(names[metric.dtype], n, d)
         return matching_result(variant, metric.shape_expr[0], [n, d, scalar(keep), scalar(protected)])
@@ -297,6 +358,18 @@ def register_plugins() -> None:
     _registered = True
 
 
-__all__ = ["PLUGIN_NAMESPACE", "PLUGIN_VERSION", "PLUGIN_OPS", "MATCH_INPUTS", "register_plugins", "type_combinations", "scalar",
-           "match_shape", "token_aggregate_shape", "proportional_attention_shape",
-           "match_launch", "token_aggregate_launch", "proportional_attention_launch"]
+__all__ = [
+    "PLUGIN_NAMESPACE",
+    "PLUGIN_VERSION",
+    "PLUGIN_OPS",
+    "MATCH_INPUTS",
+    "register_plugins",
+    "type_combinations",
+    "scalar",
+    "match_shape",
+    "token_aggregate_shape",
+    "proportional_attention_shape",
+    "match_launch",
+    "token_aggregate_launch",
+    "proportional_attention_launch",
+]

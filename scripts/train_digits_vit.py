@@ -43,8 +43,12 @@ def parse_args(argv=None):
     p.add_argument("--warmup-epochs", type=int, default=2)
     p.add_argument("--label-smoothing", type=float, default=0.1)
     p.add_argument("--shift", type=int, default=2, help="Max random shift in pixels (at img_size), 0 = no augmentation.")
-    p.add_argument("--pos-init", choices=["sincos", "timm"], default="sincos",
-                   help="Initial position embedding: 2-D sin-cos (learned from there on) or timm's random init.")
+    p.add_argument(
+        "--pos-init",
+        choices=["sincos", "timm"],
+        default="sincos",
+        help="Initial position embedding: 2-D sin-cos (learned from there on) or timm's random init.",
+    )
     p.add_argument("--pos-scale", type=float, default=0.5, help="Scale of the sin-cos initial position embedding.")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
@@ -140,8 +144,11 @@ def main(argv=None) -> int:
             prefix = 0 if model.no_embed_class else model.num_prefix_tokens
             model.pos_embed.copy_(args.pos_scale * sincos_pos_embed(model.patch_embed.grid_size, model.embed_dim, prefix))
     params = sum(p.numel() for p in model.parameters())
-    print(f"model {cfg.model} {dict(cfg.model_kwargs)} img_size={img_size}: {params / 1e6:.3f} M parameters, "
-          f"{len(model.blocks)} blocks, {model.patch_embed.num_patches + model.num_prefix_tokens} tokens", flush=True)
+    print(
+        f"model {cfg.model} {dict(cfg.model_kwargs)} img_size={img_size}: {params / 1e6:.3f} M parameters, "
+        f"{len(model.blocks)} blocks, {model.patch_embed.num_patches + model.num_prefix_tokens} tokens",
+        flush=True,
+    )
 
     t_data = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="digits-") as tmp:
@@ -150,8 +157,11 @@ def main(argv=None) -> int:
         transform = timm_eval_transform(model)
         x_train, y_train = load_split(scan_image_folder(data_root / "train"), transform)
         x_val, y_val = load_split(scan_image_folder(data_root / "val"), transform)
-    print(f"data: {counts['num_train']} train / {counts['num_val']} val images ({time.perf_counter() - t_data:.1f} s); "
-          f"transform: {transform}".replace("\n", " "), flush=True)
+    print(
+        f"data: {counts['num_train']} train / {counts['num_val']} val images ({time.perf_counter() - t_data:.1f} s); "
+        f"transform: {transform}".replace("\n", " "),
+        flush=True,
+    )
     # the normalised value of a black pixel: what a shifted-in border looks like
     fill = float(x_train.min())
 
@@ -202,8 +212,11 @@ def main(argv=None) -> int:
             "seconds": round(time.perf_counter() - t_epoch, 1),
         }
         history.append(row)
-        print(f"epoch {epoch:3d}/{args.epochs}  loss {row['loss']:.4f}  train top-1 {100 * row['train_top1']:.2f}%  "
-              f"val top-1 {100 * val_top1:.2f}%  top-5 {100 * val_top5:.2f}%  ({row['seconds']:.1f} s)", flush=True)
+        print(
+            f"epoch {epoch:3d}/{args.epochs}  loss {row['loss']:.4f}  train top-1 {100 * row['train_top1']:.2f}%  "
+            f"val top-1 {100 * val_top1:.2f}%  top-5 {100 * val_top5:.2f}%  ({row['seconds']:.1f} s)",
+            flush=True,
+        )
     train_seconds = time.perf_counter() - t_train
 
     # store fp16 (half the size); measure what ships: the fp16 weights loaded back into fp32
@@ -230,8 +243,10 @@ def main(argv=None) -> int:
     val_top1, val_top5 = accuracy(shipped, x_val, y_val)
     size_mb = args.output.stat().st_size / 1e6
     print(f"trained {args.epochs} epochs in {train_seconds:.1f} s on {device_info()['cpu']} ({args.threads} threads)")
-    print(f"val top-1 {100 * val_top1:.2f}% top-5 {100 * val_top5:.2f}% (fp16 weights as shipped; "
-          f"fp32 before rounding: {100 * fp32_top1:.2f}% / {100 * fp32_top5:.2f}%)")
+    print(
+        f"val top-1 {100 * val_top1:.2f}% top-5 {100 * val_top5:.2f}% (fp16 weights as shipped; "
+        f"fp32 before rounding: {100 * fp32_top1:.2f}% / {100 * fp32_top5:.2f}%)"
+    )
     print(f"wrote {args.output} ({size_mb:.2f} MB)")
 
     summary = {
@@ -253,7 +268,6 @@ def main(argv=None) -> int:
 
 def write_readme(args, cfg, counts, s) -> None:
     import timm
-    import torch
 
     last = s["history"][-1]
     best = max(s["history"], key=lambda r: r["val_top1"])
@@ -272,23 +286,23 @@ pretrained weights (`deploytk eval`, `benchmarks/accuracy_vs_gflops.py`).
 
 | | |
 |---|---|
-| model | `{cfg.model}` with `{{{kw}}}`, `img_size` {cfg.export.img_size}: 12 blocks, width 96, 3 heads, patch 4 -> 64 patches + class token = 65 tokens, {s['params'] / 1e6:.2f} M parameters |
+| model | `{cfg.model}` with `{{{kw}}}`, `img_size` {cfg.export.img_size}: 12 blocks, width 96, 3 heads, patch 4 -> 64 patches + class token = 65 tokens, {s["params"] / 1e6:.2f} M parameters |
 | configs | `export_configs/digits_vit_dense.yaml` (r=0), `export_configs/digits_vit_tome_r4.yaml` (ToMe r=4), ... |
-| weights | `digits_vit.safetensors`, fp16 ({s['file_mb']:.2f} MB); `load_checkpoint` casts to the model's fp32 |
-| data | `sklearn.datasets.load_digits()` (1797 images), stratified split `train_test_split(test_size=0.25, random_state=0, stratify=y)`: {counts['num_train']} train / {counts['num_val']} val; intensities 0..16 -> 0..255, 8x8 -> {cfg.export.img_size}x{cfg.export.img_size} PIL bicubic, RGB PNG (`deploytk.evaluate.digits.write_digits_imagefolder`) |
+| weights | `digits_vit.safetensors`, fp16 ({s["file_mb"]:.2f} MB); `load_checkpoint` casts to the model's fp32 |
+| data | `sklearn.datasets.load_digits()` (1797 images), stratified split `train_test_split(test_size=0.25, random_state=0, stratify=y)`: {counts["num_train"]} train / {counts["num_val"]} val; intensities 0..16 -> 0..255, 8x8 -> {cfg.export.img_size}x{cfg.export.img_size} PIL bicubic, RGB PNG (`deploytk.evaluate.digits.write_digits_imagefolder`) |
 | preprocessing | timm's eval transform for the model (`deploytk.data.timm_eval_transform`: resize {int(cfg.export.img_size / 0.9)} bicubic, center crop {cfg.export.img_size}, mean/std 0.5), the same as `deploytk eval` |
 | training | initial position embedding {"2-D sin-cos x " + str(args.pos_scale) if args.pos_init == "sincos" else "timm's"} (then learned), AdamW (lr {args.lr}, weight decay {args.weight_decay} on matrices), batch {args.batch_size}, {args.epochs} epochs, {args.warmup_epochs} warm-up epochs then cosine, label smoothing {args.label_smoothing}, grad-norm clip 1.0, random shifts of up to {args.shift} px; seed {args.seed}, `torch.use_deterministic_algorithms(True)`, {args.threads} CPU threads |
-| train time | **{s['train_seconds']:.0f} s** on {s['device']['cpu']} ({s['device']['cpu_count']} cores), torch {s['torch']}, timm {timm.__version__} |
-| **val top-1** | **{100 * s['val_top1']:.2f}%** (top-5 {100 * s['val_top5']:.2f}%), {counts['num_val']} images, fp16 weights as shipped (fp32 before rounding: {100 * s['val_top1_fp32']:.2f}%) |
+| train time | **{s["train_seconds"]:.0f} s** on {s["device"]["cpu"]} ({s["device"]["cpu_count"]} cores), torch {s["torch"]}, timm {timm.__version__} |
+| **val top-1** | **{100 * s["val_top1"]:.2f}%** (top-5 {100 * s["val_top5"]:.2f}%), {counts["num_val"]} images, fp16 weights as shipped (fp32 before rounding: {100 * s["val_top1_fp32"]:.2f}%) |
 
 Command (from the repository root, in the project venv):
 
 ```bash
-{s['command']}
+{s["command"]}
 ```
 
-The weights are those of the last epoch (no selection on the val split): loss {last['loss']:.4f}, train top-1
-{100 * last['train_top1']:.2f}%. Best val top-1 seen during training: {100 * best['val_top1']:.2f}% (epoch {best['epoch']}).
+The weights are those of the last epoch (no selection on the val split): loss {last["loss"]:.4f}, train top-1
+{100 * last["train_top1"]:.2f}%. Best val top-1 seen during training: {100 * best["val_top1"]:.2f}% (epoch {best["epoch"]}).
 The run is deterministic on a given machine and software stack; other CPUs or library
 versions may change the last digits.
 

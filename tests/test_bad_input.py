@@ -41,7 +41,13 @@ def test_yaml_syntax_error_names_the_line(tmp_path):
 
 
 def test_unknown_timm_model(tmp_path):
-    export_fails(tmp_path, CONFIG, "--model", "deit_smal_patch16_224", match="unknown timm model 'deit_smal_patch16_224' (`model`). Did you mean: deit_small_patch16_224")
+    export_fails(
+        tmp_path,
+        CONFIG,
+        "--model",
+        "deit_smal_patch16_224",
+        match="unknown timm model 'deit_smal_patch16_224' (`model`). Did you mean: deit_small_patch16_224",
+    )
 
 
 def test_non_vit_model(tmp_path):

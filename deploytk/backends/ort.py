@@ -6,7 +6,6 @@ from pathlib import Path
 
 from deploytk.errors import DeploytkError
 
-
 #: ONNX Runtime's CUDA provider runs fp32 MatMul/Conv in TF32 by default (10-bit mantissa), far
 #: outside fp32's validation tolerances; fp32 graphs are meant to be fp32 (export fp16/bf16 for
 #: tensor-core speed), so it is switched off

@@ -60,8 +60,9 @@ def checked_engine_manifest(directory: Path, what: str) -> dict:
 
     manifest = read_engine_manifest(directory)
     gpu, capability = gpu_identity()
-    check_engine(manifest, onnx_sha256=sha256_file(Path(directory) / MODEL_FILE), tensorrt=trt.__version__,
-                 compute_capability=capability, gpu=gpu)
+    check_engine(
+        manifest, onnx_sha256=sha256_file(Path(directory) / MODEL_FILE), tensorrt=trt.__version__, compute_capability=capability, gpu=gpu
+    )
     return manifest
 
 
@@ -71,8 +72,10 @@ def read_engine(directory: Path, what: str, baseline: bool = False) -> bytes:
 
     path = Path(directory) / (BASELINE_ENGINE_FILE if baseline else ENGINE_FILE)
     if not path.is_file():
-        raise DeploytkError(f"{what}: {path} is missing (the engine was built with --no-baseline).",
-                            hint=f"Rebuild without --no-baseline: `deploytk build {directory}`.")
+        raise DeploytkError(
+            f"{what}: {path} is missing (the engine was built with --no-baseline).",
+            hint=f"Rebuild without --no-baseline: `deploytk build {directory}`.",
+        )
     return path.read_bytes()
 
 
@@ -99,15 +102,24 @@ class EngineTimer:
         self.runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
         self.engine = self.runtime.deserialize_cuda_engine(engine_bytes)
         if self.engine is None:
-            raise DeploytkError("TensorRT could not deserialize the engine (see its log above).",
-                                hint="Rebuild it with `deploytk build DIR` on this machine.")
+            raise DeploytkError(
+                "TensorRT could not deserialize the engine (see its log above).",
+                hint="Rebuild it with `deploytk build DIR` on this machine.",
+            )
         self.context = self.engine.create_execution_context()
         self.input_name = input_name
         self.stream = torch.cuda.Stream()
-        self.dtypes = {trt.float32: torch.float32, trt.float16: torch.float16, trt.bfloat16: torch.bfloat16,
-                       trt.int32: torch.int32, trt.int64: torch.int64}
-        self.is_input = {name: self.engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
-                         for name in (self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors))}
+        self.dtypes = {
+            trt.float32: torch.float32,
+            trt.float16: torch.float16,
+            trt.bfloat16: torch.bfloat16,
+            trt.int32: torch.int32,
+            trt.int64: torch.int64,
+        }
+        self.is_input = {
+            name: self.engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
+            for name in (self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors))
+        }
         self.graph = None
         self.cuda_graph = False
 
@@ -120,8 +132,10 @@ class EngineTimer:
             shape = tuple(self.context.get_tensor_shape(name))
             dtype = self.dtypes.get(self.engine.get_tensor_dtype(name))
             if dtype is None or -1 in shape:
-                raise DeploytkError(f"engine tensor {name!r} ({self.engine.get_tensor_dtype(name)}, shape {shape}) is not a deploytk "
-                                    "graph's: expected fp32/fp16/bf16/int tensors with static shapes once the batch is set.")
+                raise DeploytkError(
+                    f"engine tensor {name!r} ({self.engine.get_tensor_dtype(name)}, shape {shape}) is not a deploytk "
+                    "graph's: expected fp32/fp16/bf16/int tensors with static shapes once the batch is set."
+                )
             t = torch.randn(shape, device="cuda").to(dtype) if is_input else torch.empty(shape, dtype=dtype, device="cuda")
             self.buffers[name] = t
             self.context.set_tensor_address(name, t.data_ptr())

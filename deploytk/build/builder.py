@@ -78,9 +78,17 @@ def build_engine(directory: Path, options: BuildOptions, step=lambda message: No
         dense_bytes, dense_seconds = _build(trt, logger, onnx.load(str(dense_path)), options, shape, dense_path, step, "baseline")
         baseline = {"file": BASELINE_ENGINE_FILE, "onnx_sha256": sha256_file(dense_path), "build_seconds": round(dense_seconds, 1)}
         _write_atomically(directory / BASELINE_ENGINE_FILE, dense_bytes)
-    record = engine_manifest(onnx_sha256=sha256_file(directory / MODEL_FILE), tensorrt=trt.__version__, gpu=gpu,
-                             compute_capability=capability, options=options, plugin_ops=plugin_ops,
-                             build_seconds=seconds, created=now_utc(), baseline=baseline)
+    record = engine_manifest(
+        onnx_sha256=sha256_file(directory / MODEL_FILE),
+        tensorrt=trt.__version__,
+        gpu=gpu,
+        compute_capability=capability,
+        options=options,
+        plugin_ops=plugin_ops,
+        build_seconds=seconds,
+        created=now_utc(),
+        baseline=baseline,
+    )
     _write_atomically(directory / ENGINE_FILE, serialized)
     _write_atomically(directory / ENGINE_MANIFEST_FILE, (json.dumps(record, indent=2) + "\n").encode())
     return record
@@ -94,8 +102,10 @@ def _build(trt, logger, model: onnx.ModelProto, options: BuildOptions, input_sha
     step(f"parsing the ONNX ({what})")
     if not parser.parse(model.SerializeToString()):
         errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
-        raise DeploytkError(f"TensorRT's ONNX parser rejected {source}: {errors}",
-                            hint="Try --merge-impl native / --attention-impl native to isolate a plugin problem.")
+        raise DeploytkError(
+            f"TensorRT's ONNX parser rejected {source}: {errors}",
+            hint="Try --merge-impl native / --attention-impl native to isolate a plugin problem.",
+        )
 
     config = builder.create_builder_config()
     config.builder_optimization_level = options.opt_level
@@ -113,8 +123,10 @@ def _build(trt, logger, model: onnx.ModelProto, options: BuildOptions, input_sha
     t0 = time.perf_counter()
     serialized = builder.build_serialized_network(network, config)
     if serialized is None:
-        raise DeploytkError(f"TensorRT could not build the {what} engine (see its log above).",
-                            hint="Try a smaller --batch max, --opt-level 2, or the native paths.")
+        raise DeploytkError(
+            f"TensorRT could not build the {what} engine (see its log above).",
+            hint="Try a smaller --batch max, --opt-level 2, or the native paths.",
+        )
     seconds = time.perf_counter() - t0
     if cache_path:
         cache_path.write_bytes(memoryview(config.get_timing_cache().serialize()))

@@ -19,8 +19,18 @@ BASELINE_ENGINE_FILE = "baseline.engine"
 ENGINE_MANIFEST_FILE = "engine.json"
 
 
-def engine_manifest(*, onnx_sha256: str, tensorrt: str, gpu: str, compute_capability: str, options: BuildOptions,
-                    plugin_ops: list[str], build_seconds: float, created: str, baseline: dict | None = None) -> dict:
+def engine_manifest(
+    *,
+    onnx_sha256: str,
+    tensorrt: str,
+    gpu: str,
+    compute_capability: str,
+    options: BuildOptions,
+    plugin_ops: list[str],
+    build_seconds: float,
+    created: str,
+    baseline: dict | None = None,
+) -> dict:
     """``baseline``: {"file", "onnx_sha256", "build_seconds"} of the baseline engine, None if not built."""
     return {
         "format": "deploytk-engine/1",
@@ -39,8 +49,10 @@ def engine_manifest(*, onnx_sha256: str, tensorrt: str, gpu: str, compute_capabi
 def read_engine_manifest(directory: Path) -> dict:
     path = Path(directory) / ENGINE_MANIFEST_FILE
     if not path.exists() or not (Path(directory) / ENGINE_FILE).exists():
-        raise DeploytkError(f"{directory} has no TensorRT engine ({ENGINE_FILE} + {ENGINE_MANIFEST_FILE}).",
-                            hint=f"Build one with `deploytk build {directory}`.")
+        raise DeploytkError(
+            f"{directory} has no TensorRT engine ({ENGINE_FILE} + {ENGINE_MANIFEST_FILE}).",
+            hint=f"Build one with `deploytk build {directory}`.",
+        )
     try:
         return json.loads(path.read_text())
     except json.JSONDecodeError as err:
@@ -51,14 +63,22 @@ def check_engine(manifest: dict, *, onnx_sha256: str, tensorrt: str, compute_cap
     """Refuse an engine built from another ONNX file, with another TensorRT, or for another GPU; list every reason."""
     reasons = []
     if manifest.get("onnx_sha256") != onnx_sha256:
-        reasons.append(f"it was built from a different model.onnx (sha256 {str(manifest.get('onnx_sha256'))[:12]}..., "
-                       f"the artifact's is {onnx_sha256[:12]}...)")
+        reasons.append(
+            f"it was built from a different model.onnx (sha256 {str(manifest.get('onnx_sha256'))[:12]}..., "
+            f"the artifact's is {onnx_sha256[:12]}...)"
+        )
     if manifest.get("tensorrt") != tensorrt:
-        reasons.append(f"it was built with TensorRT {manifest.get('tensorrt')}, this is TensorRT {tensorrt} "
-                       "(engines are not portable across TensorRT versions)")
+        reasons.append(
+            f"it was built with TensorRT {manifest.get('tensorrt')}, this is TensorRT {tensorrt} "
+            "(engines are not portable across TensorRT versions)"
+        )
     if manifest.get("compute_capability") != compute_capability:
-        reasons.append(f"it was built for {manifest.get('gpu')} (compute capability {manifest.get('compute_capability')}), "
-                       f"this GPU is {gpu} ({compute_capability}); engines are specific to the GPU architecture")
+        reasons.append(
+            f"it was built for {manifest.get('gpu')} (compute capability {manifest.get('compute_capability')}), "
+            f"this GPU is {gpu} ({compute_capability}); engines are specific to the GPU architecture"
+        )
     if reasons:
-        raise DeploytkError("the TensorRT engine does not match: " + "; ".join(reasons) + ".",
-                            hint="Rebuild it here with `deploytk build DIR` (same options: see engine.json's \"build\").")
+        raise DeploytkError(
+            "the TensorRT engine does not match: " + "; ".join(reasons) + ".",
+            hint='Rebuild it here with `deploytk build DIR` (same options: see engine.json\'s "build").',
+        )

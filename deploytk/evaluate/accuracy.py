@@ -20,9 +20,9 @@ import os
 import platform
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -48,7 +48,8 @@ class ImageFolder:
 
 def _images_in(folder: Path) -> list[Path]:
     return sorted(
-        p for p in folder.rglob("*")
+        p
+        for p in folder.rglob("*")
         if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts)
     )
 
@@ -117,8 +118,11 @@ def check_artifacts_match(directory: Path, cfg: DeployConfig, config_name: str, 
     have_sha = manifest["model"].get("checkpoint_sha256")
     if want_sha != have_sha:
         problems.append(
-            "the weights differ (" + (f"checkpoint sha256 {have_sha[:12]}..." if have_sha else "random init")
-            + " there, " + (f"{cfg.checkpoint} sha256 {want_sha[:12]}..." if want_sha else "random init") + f" in {config_name})"
+            "the weights differ ("
+            + (f"checkpoint sha256 {have_sha[:12]}..." if have_sha else "random init")
+            + " there, "
+            + (f"{cfg.checkpoint} sha256 {want_sha[:12]}..." if want_sha else "random init")
+            + f" in {config_name})"
         )
     if problems:
         raise DeploytkError(
@@ -144,8 +148,13 @@ def _progress_bar(console):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     with Progress(
-        SpinnerColumn(), TextColumn("[cyan]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=console, transient=True,
+        SpinnerColumn(),
+        TextColumn("[cyan]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
     ) as bar:
         task = bar.add_task("starting", total=None)
         yield (
@@ -215,8 +224,7 @@ def evaluate(
             raise DeploytkError(
                 f"data directory {folder.root} has {len(folder.classes)} class folder(s) "
                 f"({', '.join(folder.classes[:12])}{', ...' if len(folder.classes) > 12 else ''}) but model "
-                f"{cfg.model} has num_classes={num_classes} (--data / `model_kwargs.num_classes`); they must be equal."
-                + hint
+                f"{cfg.model} has num_classes={num_classes} (--data / `model_kwargs.num_classes`); they must be equal." + hint
             )
         manifest = check_artifacts_match(artifacts, cfg, config_name, img) if artifacts is not None else None
         report_step("building the merged reference")

@@ -29,9 +29,7 @@ def digits_split() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 
     digits = load_digits()
     index = np.arange(len(digits.target))
-    train, val = train_test_split(
-        index, test_size=VAL_FRACTION, random_state=SPLIT_SEED, stratify=digits.target
-    )
+    train, val = train_test_split(index, test_size=VAL_FRACTION, random_state=SPLIT_SEED, stratify=digits.target)
     return digits.images, digits.target, np.sort(train), np.sort(val)
 
 

@@ -143,8 +143,9 @@ def use_native_attention(model: onnx.ModelProto, *, expand_mask: bool = True, so
         # low precision: the softmax stays fp32 (Attention-23's softmax_precision), as in ProportionalAttention
         precision = {"softmax_precision": TensorProto.FLOAT} if softmax_precision and not q_is_fp32 else {}
         new_nodes.append(
-            helper.make_node("Attention", [q_scaled, k, v, mask], [y], name=names.fresh_node(f"{base}/native_attention"),
-                             scale=1.0, **precision)
+            helper.make_node(
+                "Attention", [q_scaled, k, v, mask], [y], name=names.fresh_node(f"{base}/native_attention"), scale=1.0, **precision
+            )
         )
 
     del graph.node[:]
@@ -220,8 +221,7 @@ def _check_opset_bump(nodes, old: int, new: int, where: str) -> None:
             problems.append(f"{op_type} (opset {before.since_version} -> {after.since_version} changes its signature)")
     if problems:
         raise DeploytkError(
-            f"Native Attention needs ai.onnx opset {new}, but raising {where}'s opset {old} would change: "
-            + ", ".join(problems) + ".",
+            f"Native Attention needs ai.onnx opset {new}, but raising {where}'s opset {old} would change: " + ", ".join(problems) + ".",
             hint=f"Export with `export.opset: {new}` or use the plugin attention path.",
         )
 

@@ -67,9 +67,7 @@ def _quiet():
             raise
 
 
-def export_model(
-    model: nn.Module, img_size: tuple[int, int], batch_size: int, opset: int, path: Path
-) -> onnx.ModelProto:
+def export_model(model: nn.Module, img_size: tuple[int, int], batch_size: int, opset: int, path: Path) -> onnx.ModelProto:
     """Export ``model`` (input [batch, 3, H, W] -> logits) with a symbolic batch dimension."""
     import onnxscript.optimizer
     from onnx_ir import serde

@@ -79,8 +79,7 @@ def run_export(cfg: DeployConfig, output: Path, step=lambda msg: None) -> dict:
         manifest = {
             "format": "deploytk-artifact/1",
             "created": now_utc(),
-            "config": config_to_dict(cfg)
-            | {"checkpoint": str(Path(cfg.checkpoint).resolve()) if cfg.checkpoint else None},
+            "config": config_to_dict(cfg) | {"checkpoint": str(Path(cfg.checkpoint).resolve()) if cfg.checkpoint else None},
             "model": {
                 "name": cfg.model,
                 "class": type(model.vit).__name__,

@@ -22,10 +22,18 @@ from deploytk.kernels.topk_select import kept_tokens, rank_block
 
 @triton.jit
 def crucial_match_kernel(
-    metric_ptr, scores_ptr,  # inputs: metric [B, N, D], scores [B, N]
-    N, D, KEEP, PROTECTED,
+    metric_ptr,
+    scores_ptr,  # inputs: metric [B, N, D], scores [B, N]
+    N,
+    D,
+    KEEP,
+    PROTECTED,
     dest_ptr,  # output: dest [B, N] int64
-    BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_I: tl.constexpr,
+    BLOCK_J: tl.constexpr,
+    BLOCK_D: tl.constexpr,
 ):
     row0 = tl.program_id(0).to(tl.int64) * N
     scratch = (dest_ptr + row0).to(tl.pointer_type(tl.int32))

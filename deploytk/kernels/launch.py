@@ -73,18 +73,28 @@ def proportional_attention(q, k, v, size, scale: float) -> torch.Tensor:
         return out
     cfg = pa.config(d, q.dtype == torch.float32)
     pa.proportional_attention_kernel[pa.grid(b, h, n, cfg)](
-        q.contiguous(), k.contiguous(), v.contiguous(), size.reshape(b, n).to(torch.float32).contiguous(), n, h, out,
-        SCALE=float(scale), HEAD_D=d, PRECISION=precision(q.dtype), **cfg,
+        q.contiguous(),
+        k.contiguous(),
+        v.contiguous(),
+        size.reshape(b, n).to(torch.float32).contiguous(),
+        n,
+        h,
+        out,
+        SCALE=float(scale),
+        HEAD_D=d,
+        PRECISION=precision(q.dtype),
+        **cfg,
     )
     return out
-
 
 
 def _check_tokens(name: str, tokens: int) -> None:
     from deploytk.kernels.topk_select import MAX_TOKENS
 
     if tokens > MAX_TOKENS:
-        raise DeploytkError(f"{name}: the kernel holds an image's tokens in registers and supports up to {MAX_TOKENS} tokens; got {tokens}.")
+        raise DeploytkError(
+            f"{name}: the kernel holds an image's tokens in registers and supports up to {MAX_TOKENS} tokens; got {tokens}."
+        )
 
 
 def _matching_kernel(name: str, kernel, inputs: list, ints: list, cfg: dict, warps: int) -> torch.Tensor:
@@ -155,6 +165,7 @@ def mctf_match(metric, received, size, r: int, protected: int, tau_sim: float, t
     cfg = k.constants(n, d, tau_sim, tau_info, tau_size, bidirection)
     return _matching_kernel("mctf_match", k.mctf_match_kernel, [metric, received, size], [n, d, r, protected], cfg, k.num_warps(cfg))
 
+
 def register_cuda_kernels() -> None:
     """Make the Triton kernels the CUDA implementation of the deploytk torch ops (a fast PyTorch GPU path)."""
 
@@ -187,5 +198,15 @@ def register_cuda_kernels() -> None:
         return mctf_match(metric, received, size, r, protected, tau_sim, tau_info, tau_size, bidirection)
 
 
-__all__ = ["KERNEL_DTYPES", "token_aggregate", "tome_match", "proportional_attention", "topk_select", "crucial_match",
-           "size_split_match", "mctf_match", "register_cuda_kernels", "interpreting"]
+__all__ = [
+    "KERNEL_DTYPES",
+    "token_aggregate",
+    "tome_match",
+    "proportional_attention",
+    "topk_select",
+    "crucial_match",
+    "size_split_match",
+    "mctf_match",
+    "register_cuda_kernels",
+    "interpreting",
+]

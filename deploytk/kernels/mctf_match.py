@@ -48,8 +48,27 @@ def _reciprocal(x, scale):
 
 @triton.jit
 def _scores_tile(
-    metric_ptr, recv_ptr, size_ptr, row0, a, a_ok, inv_a, bb, b_ok, inv_b, D, PA, PB, info_max, inv_max,
-    E_SIM: tl.constexpr, E_INFO: tl.constexpr, E_SIZE: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr,
+    metric_ptr,
+    recv_ptr,
+    size_ptr,
+    row0,
+    a,
+    a_ok,
+    inv_a,
+    bb,
+    b_ok,
+    inv_b,
+    D,
+    PA,
+    PB,
+    info_max,
+    inv_max,
+    E_SIM: tl.constexpr,
+    E_INFO: tl.constexpr,
+    E_SIZE: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    ROWS: tl.constexpr,
+    COLS: tl.constexpr,
 ):
     """MCTF scores of A tokens ``a`` (token 2a) x B tokens ``bb`` (token 2bb+1); -inf where blocked or out of range."""
     cos = cosine_tile(metric_ptr, row0, 2 * a, a_ok, inv_a, 2 * bb + 1, b_ok, inv_b, D, BLOCK_D, ROWS, COLS)
@@ -70,11 +89,24 @@ def _scores_tile(
 
 @triton.jit
 def mctf_match_kernel(
-    metric_ptr, recv_ptr, size_ptr,  # inputs: metric [B, N, D], received [B, N], size [B, N, 1]
-    N, D, R, PROTECTED,
+    metric_ptr,
+    recv_ptr,
+    size_ptr,  # inputs: metric [B, N, D], received [B, N], size [B, N, 1]
+    N,
+    D,
+    R,
+    PROTECTED,
     dest_ptr,  # output: dest [B, N] int64
-    E_SIM: tl.constexpr, E_INFO: tl.constexpr, E_SIZE: tl.constexpr, BIDIRECTION: tl.constexpr,
-    BLOCK_A: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_R: tl.constexpr,
+    E_SIM: tl.constexpr,
+    E_INFO: tl.constexpr,
+    E_SIZE: tl.constexpr,
+    BIDIRECTION: tl.constexpr,
+    BLOCK_A: tl.constexpr,
+    BLOCK_I: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_J: tl.constexpr,
+    BLOCK_R: tl.constexpr,
 ):
     row0 = tl.program_id(0).to(tl.int64) * N
     na = (N + 1) // 2
@@ -96,8 +128,18 @@ def mctf_match_kernel(
     for t0 in range(0, N, BLOCK_J):
         t = t0 + tl.arange(0, BLOCK_J)
         t_ok = t < N
-        info_max = tl.maximum(info_max, tl.max(tl.where(t_ok, _reciprocal(tl.load(recv_ptr + row0 + t, mask=t_ok, other=1.0).to(tl.float32), 1.0), float("-inf")), axis=0))
-        inv_max = tl.maximum(inv_max, tl.max(tl.where(t_ok, _reciprocal(tl.load(size_ptr + row0 + t, mask=t_ok, other=1.0).to(tl.float32), 1.0), float("-inf")), axis=0))
+        info_max = tl.maximum(
+            info_max,
+            tl.max(
+                tl.where(t_ok, _reciprocal(tl.load(recv_ptr + row0 + t, mask=t_ok, other=1.0).to(tl.float32), 1.0), float("-inf")), axis=0
+            ),
+        )
+        inv_max = tl.maximum(
+            inv_max,
+            tl.max(
+                tl.where(t_ok, _reciprocal(tl.load(size_ptr + row0 + t, mask=t_ok, other=1.0).to(tl.float32), 1.0), float("-inf")), axis=0
+            ),
+        )
 
     # 1. best B partner of every A token
     for i0 in range(0, na, BLOCK_I):
@@ -110,8 +152,29 @@ def mctf_match_kernel(
             bb = j0 + tl.arange(0, BLOCK_B)
             b_ok = bb < nb
             inv_b = _unit_rows(metric_ptr, row0, 2 * bb + 1, b_ok, D, BLOCK_D, BLOCK_B)
-            s = _scores_tile(metric_ptr, recv_ptr, size_ptr, row0, a, a_ok, inv_a, bb, b_ok, inv_b, D, pa, pb, info_max, inv_max,
-                             E_SIM, E_INFO, E_SIZE, BLOCK_D, BLOCK_I, BLOCK_B)
+            s = _scores_tile(
+                metric_ptr,
+                recv_ptr,
+                size_ptr,
+                row0,
+                a,
+                a_ok,
+                inv_a,
+                bb,
+                b_ok,
+                inv_b,
+                D,
+                pa,
+                pb,
+                info_max,
+                inv_max,
+                E_SIM,
+                E_INFO,
+                E_SIZE,
+                BLOCK_D,
+                BLOCK_I,
+                BLOCK_B,
+            )
             best, best_idx = running_argmax(s, bb, best, best_idx)
         tl.store(floats + a, best, mask=a_ok)
         tl.store(words + na + a, best_idx, mask=a_ok)
@@ -144,8 +207,29 @@ def mctf_match_kernel(
                 a = i0 + tl.arange(0, BLOCK_I)
                 aa_ok = a < na
                 inv_a = _unit_rows(metric_ptr, row0, 2 * a, aa_ok, D, BLOCK_D, BLOCK_I)
-                s = _scores_tile(metric_ptr, recv_ptr, size_ptr, row0, a, aa_ok, inv_a, bb, bb_ok, inv_b, D, pa, pb, info_max, inv_max,
-                                 E_SIM, E_INFO, E_SIZE, BLOCK_D, BLOCK_I, BLOCK_B)
+                s = _scores_tile(
+                    metric_ptr,
+                    recv_ptr,
+                    size_ptr,
+                    row0,
+                    a,
+                    aa_ok,
+                    inv_a,
+                    bb,
+                    bb_ok,
+                    inv_b,
+                    D,
+                    pa,
+                    pb,
+                    info_max,
+                    inv_max,
+                    E_SIM,
+                    E_INFO,
+                    E_SIZE,
+                    BLOCK_D,
+                    BLOCK_I,
+                    BLOCK_B,
+                )
                 source = tl.load(words + a, mask=aa_ok, other=-1) < 0
                 s = tl.where(source[:, None], float("-inf"), s)  # B merges into unmerged A tokens only
                 best, best_idx = running_argmax(tl.trans(s), a, best, best_idx)  # along A: the same tiles, transposed
@@ -189,14 +273,25 @@ def exponent(tau: float) -> float:
 
 def config(tokens: int, channels: int) -> dict:
     block_a = max(16, triton.next_power_of_2((tokens + 1) // 2))
-    return {"BLOCK_A": block_a, "BLOCK_I": 32, "BLOCK_B": 32, "BLOCK_D": 32 if channels >= 32 else 16, "BLOCK_J": 32,
-            "BLOCK_R": rank_block(block_a)}
+    return {
+        "BLOCK_A": block_a,
+        "BLOCK_I": 32,
+        "BLOCK_B": 32,
+        "BLOCK_D": 32 if channels >= 32 else 16,
+        "BLOCK_J": 32,
+        "BLOCK_R": rank_block(block_a),
+    }
 
 
 def constants(tokens: int, channels: int, tau_sim: float, tau_info: float, tau_size: float, bidirection: bool) -> dict:
     """Every compile-time constant of one kernel variant (the torch launcher and the AOT plugin alike)."""
-    return {"E_SIM": exponent(tau_sim), "E_INFO": exponent(tau_info), "E_SIZE": exponent(tau_size), "BIDIRECTION": bool(bidirection),
-            **config(tokens, channels)}
+    return {
+        "E_SIM": exponent(tau_sim),
+        "E_INFO": exponent(tau_info),
+        "E_SIZE": exponent(tau_size),
+        "BIDIRECTION": bool(bidirection),
+        **config(tokens, channels),
+    }
 
 
 def num_warps(cfg: dict) -> int:

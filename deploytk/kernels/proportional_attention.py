@@ -17,11 +17,19 @@ import triton.language as tl
 
 @triton.jit
 def proportional_attention_kernel(
-    q_ptr, k_ptr, v_ptr, size_ptr,  # q, k, v [B, H, N, D]; size [B, N] fp32
-    N, H,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    size_ptr,  # q, k, v [B, H, N, D]; size [B, N] fp32
+    N,
+    H,
     out_ptr,  # [B, H, N, D]
-    SCALE: tl.constexpr, HEAD_D: tl.constexpr, PRECISION: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    SCALE: tl.constexpr,
+    HEAD_D: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
 ):
     bh = tl.program_id(1).to(tl.int64)
     b = bh // H

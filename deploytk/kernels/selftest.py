@@ -198,9 +198,9 @@ def _error(got: torch.Tensor, want: torch.Tensor) -> float:
 
 def run(seed: int = 0, device: str | None = None) -> list[Case]:
     from deploytk.kernels import launch
-    from deploytk.ops.proportional_attention import attention_reference
     from deploytk.merging.assign import token_aggregate as aggregate_reference
     from deploytk.merging.tome import tome_dest
+    from deploytk.ops.proportional_attention import attention_reference
 
     interpreter = launch.interpreting()
     device = device or ("cpu" if interpreter else "cuda")

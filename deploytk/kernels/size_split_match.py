@@ -19,8 +19,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from deploytk.kernels.tome_match import _unit_rows, cosine_tile
 from deploytk.kernels.crucial_match import config  # the same tiles: every token in registers, 32 x 32 cosines
+from deploytk.kernels.tome_match import _unit_rows, cosine_tile
 
 
 @triton.jit
@@ -34,10 +34,18 @@ def _small_half(packed, best_score, j, N, na):
 
 @triton.jit
 def size_split_match_kernel(
-    metric_ptr, size_ptr,  # inputs: metric [B, N, D], size [B, N, 1]
-    N, D, R, PROTECTED,
+    metric_ptr,
+    size_ptr,  # inputs: metric [B, N, D], size [B, N, 1]
+    N,
+    D,
+    R,
+    PROTECTED,
     dest_ptr,  # output: dest [B, N] int64
-    BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_I: tl.constexpr,
+    BLOCK_J: tl.constexpr,
+    BLOCK_D: tl.constexpr,
 ):
     row0 = tl.program_id(0).to(tl.int64) * N
     packed = (dest_ptr + row0).to(tl.pointer_type(tl.int32))  # [0, N): rank | target << 16

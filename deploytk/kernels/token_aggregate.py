@@ -18,11 +18,18 @@ import triton.language as tl
 
 @triton.jit
 def token_aggregate_kernel(
-    x_ptr, w_ptr, dest_ptr,  # inputs: x [B, N, C], weight [B, N] fp32, dest [B, N] int64
-    N, C, T,  # tokens in, channels, tokens out
+    x_ptr,
+    w_ptr,
+    dest_ptr,  # inputs: x [B, N, C], weight [B, N] fp32, dest [B, N] int64
+    N,
+    C,
+    T,  # tokens in, channels, tokens out
     out_ptr,  # output [B, T, C]
-    NORMALIZE: tl.constexpr, PRECISION: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr,
+    NORMALIZE: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_C: tl.constexpr,
 ):
     b = tl.program_id(2).to(tl.int64)
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)

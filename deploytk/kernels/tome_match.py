@@ -37,8 +37,9 @@ def _unit_rows(metric_ptr, row0, tok, ok, D, BLOCK_D: tl.constexpr, ROWS: tl.con
 
 
 @triton.jit
-def cosine_tile(metric_ptr, row0, rows, rows_ok, inv_rows, cols, cols_ok, inv_cols, D,
-                BLOCK_D: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr):
+def cosine_tile(
+    metric_ptr, row0, rows, rows_ok, inv_rows, cols, cols_ok, inv_cols, D, BLOCK_D: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr
+):
     """[ROWS, COLS] cosines of token rows x token columns (fp32, ieee products); 0 where masked."""
     s = tl.zeros((ROWS, COLS), dtype=tl.float32)
     for d0 in range(0, D, BLOCK_D):
@@ -63,10 +64,17 @@ def running_argmax(s, cols, best, best_idx):
 @triton.jit
 def tome_match_kernel(
     metric_ptr,  # input: metric [B, N, D]
-    N, D, R, PROTECTED,  # tokens, metric channels, tokens merged away, protected prefix
+    N,
+    D,
+    R,
+    PROTECTED,  # tokens, metric channels, tokens merged away, protected prefix
     dest_ptr,  # output: dest [B, N] int64
     SORT_UNMERGED: tl.constexpr,
-    BLOCK_A: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_J: tl.constexpr,
+    BLOCK_A: tl.constexpr,
+    BLOCK_I: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_J: tl.constexpr,
 ):
     b = tl.program_id(0).to(tl.int64)
     row0 = b * N

@@ -47,9 +47,12 @@ def kept_tokens(scores_ptr, N, KEEP, PROTECTED, BLOCK_N: tl.constexpr, BLOCK_R: 
 @triton.jit
 def topk_select_kernel(
     scores_ptr,  # input: scores [B, N]
-    N, KEEP, PROTECTED,
+    N,
+    KEEP,
+    PROTECTED,
     dest_ptr,  # output: dest [B, N] int64
-    BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_R: tl.constexpr,
 ):
     row0 = tl.program_id(0).to(tl.int64) * N
     i, kept, slot = kept_tokens(scores_ptr + row0, N, KEEP, PROTECTED, BLOCK_N, BLOCK_R)

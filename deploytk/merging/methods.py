@@ -7,7 +7,6 @@ deploytk ops (a matching op -> ``dest``, then ``token_aggregate``).
 
 from __future__ import annotations
 
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -26,10 +25,10 @@ _ops = torch.ops.deploytk
 def _check_layers(layers, depth: int, method: str) -> list[int]:
     bad = [i for i in layers if not 0 <= i < depth]
     if bad:
-        raise DeploytkError(f"`merge.options.layers` = {layers}: {method} block indices must be in [0, {depth - 1}] for this {depth}-block model.")
+        raise DeploytkError(
+            f"`merge.options.layers` = {layers}: {method} block indices must be in [0, {depth - 1}] for this {depth}-block model."
+        )
     return sorted(set(layers))
-
-
 
 
 class MCTFViT(MergedViT):
@@ -42,7 +41,9 @@ class MCTFViT(MergedViT):
         self.layers = layers
         super().__init__(vit, [r if i in layers else 0 for i, r in enumerate(r_per_layer)], prop_attn)
         if options.one_step_ahead != "exact" and any(type(b).__name__ == "ResPostBlock" for b in vit.blocks):
-            raise DeploytkError("mctf supports pre-norm blocks only (this model uses ResPostBlock); use one_step_ahead: exact or method tome.")
+            raise DeploytkError(
+                "mctf supports pre-norm blocks only (this model uses ResPostBlock); use one_step_ahead: exact or method tome."
+            )
 
     def _plan(self, requested: list[int], num_tokens: int) -> TokenSchedule:
         tokens, effective, t = [], [], num_tokens
@@ -93,7 +94,9 @@ class MCTFViT(MergedViT):
         o = self.options
         n_out = x.shape[1] - r
         received = probs.mean(dim=(1, 2))  # attention each token receives
-        dest = self._match("mctf_match", x, received, size, r, self.protected, float(o.tau_sim), float(o.tau_info), float(o.tau_size), o.bidirection)
+        dest = self._match(
+            "mctf_match", x, received, size, r, self.protected, float(o.tau_sim), float(o.tau_info), float(o.tau_size), o.bidirection
+        )
         if o.pooling == "attention":
             weight = received[..., None] * size / size.amax(dim=1, keepdim=True)
         elif o.pooling == "size":
@@ -144,7 +147,9 @@ class ATMViT(MergedViT):
             raise DeploytkError(f"`merge.options.split_layer` = {self.split_layer} is past the last block ({depth - 1}).")
         self.cls_only = options.cls_only_last and vit.global_pool == "token" and getattr(vit, "dist_token", None) is None
         if options.cls_only_last and not self.cls_only and vit.global_pool != "token":
-            raise DeploytkError(f"`merge.options.cls_only_last` needs a class-token-pooled model; {vit.default_cfg.get('architecture', 'this model')} pools with {vit.global_pool!r}. Set cls_only_last: false.")
+            raise DeploytkError(
+                f"`merge.options.cls_only_last` needs a class-token-pooled model; {vit.default_cfg.get('architecture', 'this model')} pools with {vit.global_pool!r}. Set cls_only_last: false."
+            )
         self.dynamic_r: list[int] | None = None  # set during calibration
         self.thresholds = atm.thresholds(depth, float(options.alpha), float(options.beta), float(options.theta_min))
         super().__init__(vit, r_per_layer, prop_attn)

@@ -27,9 +27,12 @@ class MCTFOptions(MethodOptions):
     tau_info: Number = Field(20.0, ge=0, description="temperature of the informativeness criterion (0 = off)")
     tau_size: Number = Field(40.0, ge=0, description="temperature of the size criterion (0 = off)")
     bidirection: StrictBool = Field(True, description="bidirectional bipartite matching (r//2 A->B, rest B->A)")
-    pooling: Literal["attention", "size", "mean"] = Field("attention", description="fusion weights: attention x size (official), size, or plain mean")
+    pooling: Literal["attention", "size", "mean"] = Field(
+        "attention", description="fusion weights: attention x size (official), size, or plain mean"
+    )
     one_step_ahead: Literal["approx", "exact", "off"] = Field(
-        "approx", description="approx: reuse the fused attention map (official); exact: recompute attention after fusion; off: fuse after the MLP"
+        "approx",
+        description="approx: reuse the fused attention map (official); exact: recompute attention after fusion; off: fuse after the MLP",
     )
     min_tokens: StrictInt = Field(10, ge=1, description="never reduce below this many tokens")
 

@@ -22,6 +22,7 @@ def aggregate_size(size: torch.Tensor, dest: torch.Tensor, tokens_out: int) -> t
     """Sizes of the output tokens: the sum of the sizes merged into each."""
     return torch.ops.deploytk.token_aggregate(size, torch.ones_like(size), dest, tokens_out, False)
 
+
 _SUPPORTED_POOLS = ("token", "avg", "avgmax", "max", "")
 
 
@@ -38,17 +39,12 @@ def _check_supported(vit: nn.Module) -> None:
     for i, blk in enumerate(vit.blocks):
         if type(blk) not in (Block, ResPostBlock):
             raise DeploytkError(
-                f"block {i} is a {type(blk).__name__}; deploytk supports timm's Block and ResPostBlock "
-                "(parallel blocks are not supported)."
+                f"block {i} is a {type(blk).__name__}; deploytk supports timm's Block and ResPostBlock (parallel blocks are not supported)."
             )
         if type(blk.attn) is not Attention:
-            raise DeploytkError(
-                f"block {i} uses {type(blk.attn).__name__}; deploytk supports timm's standard Attention."
-            )
+            raise DeploytkError(f"block {i} uses {type(blk.attn).__name__}; deploytk supports timm's standard Attention.")
     if getattr(vit, "attn_pool", None) is not None or vit.global_pool not in _SUPPORTED_POOLS:
-        raise DeploytkError(
-            f"global_pool={vit.global_pool!r} is not supported; allowed: token, avg, avgmax, max, ''."
-        )
+        raise DeploytkError(f"global_pool={vit.global_pool!r} is not supported; allowed: token, avg, avgmax, max, ''.")
     if getattr(vit, "dynamic_img_size", False):
         raise DeploytkError("dynamic_img_size=True models are not supported: export needs a fixed image size.")
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from pydantic import ValidationError
 from torch import nn
@@ -31,7 +31,9 @@ class Method:
             for e in err.errors():
                 field = ".".join(str(p) for p in e["loc"])
                 if e["type"] == "extra_forbidden":
-                    problems.append(f"unknown option `{source}.{field}` for method {self.name} (allowed: {', '.join(self.options.model_fields) or 'none'})")
+                    problems.append(
+                        f"unknown option `{source}.{field}` for method {self.name} (allowed: {', '.join(self.options.model_fields) or 'none'})"
+                    )
                 else:
                     problems.append(f"`{source}.{field}` = {e.get('input')!r}: {e['msg']}")
             raise DeploytkError("; ".join(dict.fromkeys(problems)) + ".", hint="`deploytk methods` lists every method's options.") from None
@@ -65,18 +67,51 @@ def _select(mode):
 METHODS: dict[str, Method] = {
     m.name: m
     for m in [
-        Method("tome", "ToMe: bipartite soft matching on attention keys, size-weighted merge after attention", ToMeOptions, _tome,
-               ops=("ToMeMatch", "TokenAggregate")),
-        Method("mctf", "MCTF: multi-criteria (similarity, informativeness, size) bidirectional fusion with one-step-ahead attention", MCTFOptions, _mctf,
-               ops=("MctfMatch", "TokenAggregate")),
-        Method("atm", "ATM: layer-wise similarity thresholds and size-distinctive matching; r calibrated with `deploytk calibrate`", ATMOptions, _atm,
-               ops=("ToMeMatch", "SizeSplitMatch", "TokenAggregate")),
-        Method("topk", "Top-K: keep the tokens the class token attends to most, drop the rest", KeepRateOptions, _select("topk"),
-               uses_r=False, ops=("TopKSelect", "TokenAggregate")),
-        Method("evit", "EViT: keep the top tokens by class attention, fuse the rest into one token", KeepRateOptions, _select("evit"),
-               uses_r=False, ops=("TopKSelect", "TokenAggregate")),
-        Method("crucial", "Crucial-token merge: each non-crucial token joins its most similar crucial (top class-attention) token", KeepRateOptions,
-               _select("crucial"), uses_r=False, ops=("CrucialMatch", "TokenAggregate")),
+        Method(
+            "tome",
+            "ToMe: bipartite soft matching on attention keys, size-weighted merge after attention",
+            ToMeOptions,
+            _tome,
+            ops=("ToMeMatch", "TokenAggregate"),
+        ),
+        Method(
+            "mctf",
+            "MCTF: multi-criteria (similarity, informativeness, size) bidirectional fusion with one-step-ahead attention",
+            MCTFOptions,
+            _mctf,
+            ops=("MctfMatch", "TokenAggregate"),
+        ),
+        Method(
+            "atm",
+            "ATM: layer-wise similarity thresholds and size-distinctive matching; r calibrated with `deploytk calibrate`",
+            ATMOptions,
+            _atm,
+            ops=("ToMeMatch", "SizeSplitMatch", "TokenAggregate"),
+        ),
+        Method(
+            "topk",
+            "Top-K: keep the tokens the class token attends to most, drop the rest",
+            KeepRateOptions,
+            _select("topk"),
+            uses_r=False,
+            ops=("TopKSelect", "TokenAggregate"),
+        ),
+        Method(
+            "evit",
+            "EViT: keep the top tokens by class attention, fuse the rest into one token",
+            KeepRateOptions,
+            _select("evit"),
+            uses_r=False,
+            ops=("TopKSelect", "TokenAggregate"),
+        ),
+        Method(
+            "crucial",
+            "Crucial-token merge: each non-crucial token joins its most similar crucial (top class-attention) token",
+            KeepRateOptions,
+            _select("crucial"),
+            uses_r=False,
+            ops=("CrucialMatch", "TokenAggregate"),
+        ),
     ]
 }
 

@@ -12,7 +12,12 @@ from onnxscript import OnnxFunction
 
 from deploytk.ops._onnx_common import DOMAIN, DOMAIN_VERSION, PLUGIN_ATTRIBUTES
 from deploytk.ops.attention_select import (
-    CrucialMatch, TopKSelect, crucial_match, topk_select, translate_crucial_match, translate_topk_select,
+    CrucialMatch,
+    TopKSelect,
+    crucial_match,
+    topk_select,
+    translate_crucial_match,
+    translate_topk_select,
 )
 from deploytk.ops.mctf_match import MctfMatch, mctf_match, translate_mctf_match
 from deploytk.ops.proportional_attention import ProportionalAttention, proportional_attention
@@ -45,7 +50,9 @@ OPS: dict[str, CustomOp] = {
     "ProportionalAttention": CustomOp("ProportionalAttention", "proportional_attention", proportional_attention, ProportionalAttention),
     "TokenAggregate": CustomOp("TokenAggregate", "token_aggregate", token_aggregate, TokenAggregate, translate_token_aggregate),
     "MctfMatch": CustomOp("MctfMatch", "mctf_match", mctf_match, MctfMatch, translate_mctf_match, matching=True),
-    "SizeSplitMatch": CustomOp("SizeSplitMatch", "size_split_match", size_split_match, SizeSplitMatch, translate_size_split_match, matching=True),
+    "SizeSplitMatch": CustomOp(
+        "SizeSplitMatch", "size_split_match", size_split_match, SizeSplitMatch, translate_size_split_match, matching=True
+    ),
     "TopKSelect": CustomOp("TopKSelect", "topk_select", topk_select, TopKSelect, translate_topk_select, matching=True),
     "CrucialMatch": CustomOp("CrucialMatch", "crucial_match", crucial_match, CrucialMatch, translate_crucial_match, matching=True),
 }

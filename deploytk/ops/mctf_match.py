@@ -36,8 +36,15 @@ def check_match_args(name: str, metric, extra: dict, r: int, protected: int, cap
 
 @torch.library.custom_op("deploytk::mctf_match", mutates_args=())
 def mctf_match(
-    metric: torch.Tensor, received: torch.Tensor, size: torch.Tensor, r: int, protected: int,
-    tau_sim: float, tau_info: float, tau_size: float, bidirection: bool,
+    metric: torch.Tensor,
+    received: torch.Tensor,
+    size: torch.Tensor,
+    r: int,
+    protected: int,
+    tau_sim: float,
+    tau_info: float,
+    tau_size: float,
+    bidirection: bool,
 ) -> torch.Tensor:
     n = metric.shape[1] if metric.dim() == 3 else 0
     check_match_args("mctf_match", metric, {"received": received, "size": size}, r, protected, (n - protected) // 2)
@@ -97,10 +104,14 @@ def MctfMatch(
     w_sim = op.Pow(op.Div(op.Add(cos, f1), op.Constant(value_float=2.0)), e_sim)
     info = op.Div(f1, received)
     info = op.Div(info, op.ReduceMax(info, ax1, keepdims=1))
-    w_info = op.Pow(op.Mul(op.Unsqueeze(op.Slice(info, zero, end, ax1, two), last), op.Unsqueeze(op.Slice(info, one, end, ax1, two), ax1)), e_info)
+    w_info = op.Pow(
+        op.Mul(op.Unsqueeze(op.Slice(info, zero, end, ax1, two), last), op.Unsqueeze(op.Slice(info, one, end, ax1, two), ax1)), e_info
+    )
     inv = op.Div(f1, op.Squeeze(size, last))
     inv = op.Div(inv, op.ReduceMax(inv, ax1, keepdims=1))
-    w_size = op.Pow(op.Mul(op.Unsqueeze(op.Slice(inv, zero, end, ax1, two), last), op.Unsqueeze(op.Slice(inv, one, end, ax1, two), ax1)), e_size)
+    w_size = op.Pow(
+        op.Mul(op.Unsqueeze(op.Slice(inv, zero, end, ax1, two), last), op.Unsqueeze(op.Slice(inv, one, end, ax1, two), ax1)), e_size
+    )
     row_a = op.Range(s0, op.Squeeze(na), s1)
     row_b = op.Range(s0, op.Squeeze(nb), s1)
     blocked = op.Or(op.Unsqueeze(op.Less(row_a, pa), ax1), op.Less(row_b, pb))  # [Na, Nb]
@@ -130,7 +141,10 @@ def MctfMatch(
 
     # interleave back to token order: [a0, b0, a1, b1, ...]
     pad_b = op.Pad(slot_b, op.Concat(zero, zero, zero, op.Sub(na, nb), axis=0))  # equal lengths; the pad is sliced off
-    dest = op.Reshape(op.Concat(op.Unsqueeze(slot_a, last), op.Unsqueeze(pad_b, last), axis=-1), op.Concat(op.Shape(slot_a, start=0, end=1), op.Mul(na, two), axis=0))
+    dest = op.Reshape(
+        op.Concat(op.Unsqueeze(slot_a, last), op.Unsqueeze(pad_b, last), axis=-1),
+        op.Concat(op.Shape(slot_a, start=0, end=1), op.Mul(na, two), axis=0),
+    )
     dest = op.Slice(dest, zero, n1, ax1)
 
     # protected tokens' slots first, in order (identity for protected <= 1)
@@ -138,17 +152,37 @@ def MctfMatch(
     q1 = op.Max(p1, one)
     rows = op.Slice(dest, zero, q1, ax1)  # [B, Q]
     q_ids = op.Range(s0, op.Squeeze(q1), s1)
-    match = op.And(op.Equal(op.Unsqueeze(rows, last), op.Range(s0, op.Squeeze(t_out), s1)), op.Reshape(op.Less(q_ids, p1), op.Constant(value_ints=[1, -1, 1])))
+    match = op.And(
+        op.Equal(op.Unsqueeze(rows, last), op.Range(s0, op.Squeeze(t_out), s1)),
+        op.Reshape(op.Less(q_ids, p1), op.Constant(value_ints=[1, -1, 1])),
+    )
     is_prefix = op.Cast(op.ReduceMax(op.Cast(match, to=1), ax1, keepdims=0), to=9)  # [B, T]
-    prefix_pos = op.Cast(op.ReduceMax(op.Where(match, op.Cast(op.Reshape(q_ids, op.Constant(value_ints=[1, -1, 1])), to=1), op.Constant(value_float=-1.0)), ax1, keepdims=0), to=7)
+    prefix_pos = op.Cast(
+        op.ReduceMax(
+            op.Where(match, op.Cast(op.Reshape(q_ids, op.Constant(value_ints=[1, -1, 1])), to=1), op.Constant(value_float=-1.0)),
+            ax1,
+            keepdims=0,
+        ),
+        to=7,
+    )
     other_pos = op.Add(p1, op.Sub(op.CumSum(op.Cast(op.Not(is_prefix), to=7), s1), one))
     new_pos = op.Where(is_prefix, prefix_pos, other_pos)
     new_pos = op.Concat(new_pos, op.Expand(t_out, op.Concat(op.Shape(new_pos, start=0, end=1), one, axis=0)), axis=1)
     return op.GatherElements(new_pos, dest, axis=1)
 
 
-def translate_mctf_match(metric, received, size, r: int, protected: int, tau_sim: float, tau_info: float, tau_size: float, bidirection: bool):
+def translate_mctf_match(
+    metric, received, size, r: int, protected: int, tau_sim: float, tau_info: float, tau_size: float, bidirection: bool
+):
     return MctfMatch(
-        metric, received, size, r=r, protected=protected, tau_sim=float(tau_sim), tau_info=float(tau_info),
-        tau_size=float(tau_size), bidirection=int(bidirection), tokens=int(metric.shape[1]),
+        metric,
+        received,
+        size,
+        r=r,
+        protected=protected,
+        tau_sim=float(tau_sim),
+        tau_info=float(tau_info),
+        tau_size=float(tau_size),
+        bidirection=int(bidirection),
+        tokens=int(metric.shape[1]),
     )

@@ -23,10 +23,7 @@ def check_attention_args(q, k, v, size) -> None:
             f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}."
         )
     if size.dim() != 3 or size.shape[0] != q.shape[0] or size.shape[1] != q.shape[2] or size.shape[2] != 1:
-        raise DeploytkError(
-            f"proportional_attention expects size [B, N, 1] = [{q.shape[0]}, {q.shape[2]}, 1]; "
-            f"got {tuple(size.shape)}."
-        )
+        raise DeploytkError(f"proportional_attention expects size [B, N, 1] = [{q.shape[0]}, {q.shape[2]}, 1]; got {tuple(size.shape)}.")
 
 
 def attention_reference(q, k, v, size, scale: float) -> torch.Tensor:
@@ -36,9 +33,7 @@ def attention_reference(q, k, v, size, scale: float) -> torch.Tensor:
 
 
 @torch.library.custom_op("deploytk::proportional_attention", mutates_args=())
-def proportional_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, size: torch.Tensor, scale: float
-) -> torch.Tensor:
+def proportional_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, size: torch.Tensor, scale: float) -> torch.Tensor:
     check_attention_args(q, k, v, size)
     return attention_reference(q, k, v, size, scale)
 

@@ -50,8 +50,13 @@ def runs_on(backend: str) -> str:
 def device_info(backend: str) -> dict:
     """The machine, and the GPU only when the backend ran on it (``device``: cuda or cpu)."""
     device = runs_on(backend)
-    info = {"backend": backend, "device": device, "machine": platform.machine(), "cpu_count": os.cpu_count(),
-            "processor": platform.processor()}
+    info = {
+        "backend": backend,
+        "device": device,
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "processor": platform.processor(),
+    }
     try:
         with open("/proc/cpuinfo") as f:
             names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
@@ -66,6 +71,7 @@ def device_info(backend: str) -> dict:
 
 def _host_timer(run, x, synchronize=lambda: None):
     """Seconds of one run on the host clock; ``synchronize`` waits for queued GPU work (before and after)."""
+
     def timed() -> float:
         synchronize()
         t0 = time.perf_counter()
@@ -101,6 +107,7 @@ def _timers(backend: str, directory: Path, manifest: dict, batch_sizes: list[int
             def run(x):
                 with torch.inference_mode():
                     model(x)
+
             return lambda b: _host_timer(run, torch.randn(b, 3, *img, generator=torch.Generator().manual_seed(0)).to(device), sync)
 
         return torch_timer(merged), torch_timer(dense)
@@ -113,6 +120,7 @@ def _timers(backend: str, directory: Path, manifest: dict, batch_sizes: list[int
     def ort_timer(session):
         def run(x):
             session.run(None, {INPUT_NAME: x})
+
         return lambda b: _host_timer(run, np.random.default_rng(0).standard_normal((b, 3, *img), dtype=np.float32))
 
     return ort_timer(sessions[0]), ort_timer(sessions[1])
@@ -131,6 +139,7 @@ def _trt_timers(directory: Path, batch_sizes: list[int], img, step):
         def for_batch(b):
             engine.prepare(b, (3, *img))
             return engine.time_once
+
         return for_batch
 
     return trt_timer(engines[0]), trt_timer(engines[1])
@@ -174,7 +183,8 @@ def profile(directory: Path, backend: str, batch_sizes: list[int], warmup: int, 
         "gflops": manifest["gflops"],
         "dense_gflops": manifest["dense_gflops"],
         "device": device_info(backend),
-        "timing": "CUDA events around execute_async_v3 (CUDA graph when capturable)" if backend == "trt"
+        "timing": "CUDA events around execute_async_v3 (CUDA graph when capturable)"
+        if backend == "trt"
         else "host clock around a synchronous run",
         "warmup": warmup,
         "iterations": iterations,

@@ -72,8 +72,11 @@ def probed_model(model: Path | onnx.ModelProto) -> tuple[bytes | None, list[_Pro
         probes.append(_Probe(node.op_type, list(node.input), node.output[0]))
         for name in [*node.input, node.output[0]]:
             if name not in outputs:
-                elem = typed[name].type.tensor_type.elem_type if name in typed else (
-                    onnx.TensorProto.INT64 if name == node.output[0] else onnx.TensorProto.FLOAT)
+                elem = (
+                    typed[name].type.tensor_type.elem_type
+                    if name in typed
+                    else (onnx.TensorProto.INT64 if name == node.output[0] else onnx.TensorProto.FLOAT)
+                )
                 model.graph.output.append(onnx.helper.make_tensor_value_info(name, elem, None))
                 outputs.add(name)
     return (model.SerializeToString() if probes else None), probes
@@ -107,8 +110,9 @@ def _rel_diff(ref: np.ndarray, out: np.ndarray) -> float:
     return float(np.abs(out.astype(np.float64) - ref).max() / max(np.abs(ref).max(), 1e-30))
 
 
-def explain_flips(reference, probes: list[_Probe], batches: list[np.ndarray], backend_outputs: list[dict],
-                  failing: list[int], atol: float, rtol: float) -> tuple[list[BranchFlip], dict[int, np.ndarray]]:
+def explain_flips(
+    reference, probes: list[_Probe], batches: list[np.ndarray], backend_outputs: list[dict], failing: list[int], atol: float, rtol: float
+) -> tuple[list[BranchFlip], dict[int, np.ndarray]]:
     """Diagnose the failing images (global indices over ``batches``).
 
     ``backend_outputs[b]`` holds the backend's outputs for batch b, probes included. Returns
@@ -144,8 +148,16 @@ def _diagnose(image, j, probes, ref_calls, values, replay_row, atol, rtol) -> Br
         input_rel = max(_rel_diff(t[j : j + 1].numpy().astype(np.float64), x) for t, x in zip(tensors, backend_inputs))
         reproduces = _reproduces(op_name, args, j, backend_inputs, backend_dest)
         within = replay_diff <= atol or replay_diff <= rtol * float(np.abs(replay_row).max())
-        return BranchFlip(image, probe.op, k, int((backend_dest != ref_dest[j].numpy()).sum()), input_rel, reproduces,
-                          replay_diff, explained=reproduces and input_rel <= rtol and within)
+        return BranchFlip(
+            image,
+            probe.op,
+            k,
+            int((backend_dest != ref_dest[j].numpy()).sum()),
+            input_rel,
+            reproduces,
+            replay_diff,
+            explained=reproduces and input_rel <= rtol and within,
+        )
     # same choices everywhere: the difference is not a branch flip
     return BranchFlip(image, "", -1, 0, 0.0, True, replay_diff, explained=False)
 

@@ -106,9 +106,16 @@ def compare_outputs(reference: list[np.ndarray], candidate: list[np.ndarray]) ->
     diff = np.abs(out - ref)
     cos = (ref * out).sum(-1) / np.maximum(np.linalg.norm(ref, axis=-1) * np.linalg.norm(out, axis=-1), 1e-30)
     top_ref, top_out = ref.argmax(-1), out.argmax(-1)
-    flips = [{"image": int(i), "reference_top1": int(top_ref[i]), "backend_top1": int(top_out[i]),
-              "reference_logits": [float(ref[i, top_ref[i]]), float(ref[i, top_out[i]])],
-              "reference_margin": float(ref[i, top_ref[i]] - ref[i, top_out[i]])} for i in np.flatnonzero(top_ref != top_out)]
+    flips = [
+        {
+            "image": int(i),
+            "reference_top1": int(top_ref[i]),
+            "backend_top1": int(top_out[i]),
+            "reference_logits": [float(ref[i, top_ref[i]]), float(ref[i, top_out[i]])],
+            "reference_margin": float(ref[i, top_ref[i]] - ref[i, top_out[i]]),
+        }
+        for i in np.flatnonzero(top_ref != top_out)
+    ]
     return {
         "num_images": int(ref.shape[0]),
         "max_abs_diff": float(diff.max()),

@@ -11,8 +11,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def run_script(name: str, out: Path, interpret: bool, *extra: str):
     env = {**os.environ, "TRITON_INTERPRET": "1" if interpret else "0"}
-    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / name), "--smoke", "--output", str(out), *extra],
-                            capture_output=True, text=True, env=env, cwd=ROOT)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / name), "--smoke", "--output", str(out), *extra],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(out.read_text()), result.stdout
 
@@ -31,8 +36,13 @@ def test_kernel_bandwidth_smoke(tmp_path):
 
 
 def test_kernel_bandwidth_smoke_needs_the_interpreter(tmp_path):
-    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kernel_bandwidth.py"), "--smoke", "--output", str(tmp_path / "k.json")],
-                            capture_output=True, text=True, env={**os.environ, "TRITON_INTERPRET": "0"}, cwd=ROOT)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "kernel_bandwidth.py"), "--smoke", "--output", str(tmp_path / "k.json")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TRITON_INTERPRET": "0"},
+        cwd=ROOT,
+    )
     assert result.returncode != 0 and "TRITON_INTERPRET=1" in result.stderr and not (tmp_path / "k.json").exists()
 
 

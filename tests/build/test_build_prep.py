@@ -31,14 +31,21 @@ def _tome_like_model(f=TensorProto.FLOAT) -> onnx.ModelProto:
 
     ``f``: the token tensors' type (size and the matching metric stay fp32, as in exported fp16/bf16 graphs)."""
     nodes = [
-        helper.make_node("ToMeMatch", ["metric"], ["dest"], domain="deploytk", r=2, protected=1, sort_unmerged=1, tokens=9, **PLUGIN_ATTRIBUTES),
+        helper.make_node(
+            "ToMeMatch", ["metric"], ["dest"], domain="deploytk", r=2, protected=1, sort_unmerged=1, tokens=9, **PLUGIN_ATTRIBUTES
+        ),
         helper.make_node("TokenAggregate", ["x", "size", "dest"], ["y"], domain="deploytk", tokens_out=7, normalize=1, **PLUGIN_ATTRIBUTES),
         helper.make_node("ProportionalAttention", ["q", "k", "v", "size"], ["o"], domain="deploytk", scale=0.25, **PLUGIN_ATTRIBUTES),
     ]
     graph = helper.make_graph(
-        nodes, "g",
-        [helper.make_tensor_value_info("metric", TensorProto.FLOAT, ["b", 9, 4]), helper.make_tensor_value_info("x", f, ["b", 9, 8]),
-         helper.make_tensor_value_info("size", TensorProto.FLOAT, ["b", 9, 1])] + [helper.make_tensor_value_info(n, f, ["b", 2, 9, 4]) for n in "qkv"],
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("metric", TensorProto.FLOAT, ["b", 9, 4]),
+            helper.make_tensor_value_info("x", f, ["b", 9, 8]),
+            helper.make_tensor_value_info("size", TensorProto.FLOAT, ["b", 9, 1]),
+        ]
+        + [helper.make_tensor_value_info(n, f, ["b", 2, 9, 4]) for n in "qkv"],
         [helper.make_tensor_value_info("y", f, ["b", 7, 8]), helper.make_tensor_value_info("o", f, ["b", 2, 9, 4])],
     )
     functions = [OPS[n].onnx_function.to_function_proto() for n in ("ToMeMatch", "TokenAggregate", "ProportionalAttention")]
@@ -51,16 +58,20 @@ def _plugin_nodes(model):
     return sorted(n.op_type for n in model.graph.node if any(a.name == "plugin_namespace" for a in n.attribute))
 
 
-@pytest.mark.parametrize("merge, attention, plugins", [
-    ("plugin", "plugin", ["ProportionalAttention", "ToMeMatch", "TokenAggregate"]),
-    ("native", "plugin", ["ProportionalAttention"]),
-    ("plugin", "native", ["ToMeMatch", "TokenAggregate"]),
-    ("native", "native", []),
-])
+@pytest.mark.parametrize(
+    "merge, attention, plugins",
+    [
+        ("plugin", "plugin", ["ProportionalAttention", "ToMeMatch", "TokenAggregate"]),
+        ("native", "plugin", ["ProportionalAttention"]),
+        ("plugin", "native", ["ToMeMatch", "TokenAggregate"]),
+        ("native", "native", []),
+    ],
+)
 def test_prepare_for_build_switches_each_op(merge, attention, plugins):
     model = _tome_like_model()
-    prepared, used = prepare_for_build(model, BuildOptions(merge_impl=merge, attention_impl=attention),
-                                       ("ToMeMatch", "TokenAggregate", "ProportionalAttention"))
+    prepared, used = prepare_for_build(
+        model, BuildOptions(merge_impl=merge, attention_impl=attention), ("ToMeMatch", "TokenAggregate", "ProportionalAttention")
+    )
     assert used == plugins and _plugin_nodes(prepared) == plugins
     assert _plugin_nodes(model) == ["ProportionalAttention", "ToMeMatch", "TokenAggregate"]  # input untouched
     ops = [n.op_type for n in prepared.graph.node]
@@ -79,13 +90,22 @@ def test_native_attention_for_tensorrt_leaves_softmax_precision_off():
     onnx.checker.check_model(prepared, full_check=True)
     # for ONNX Runtime the fp16 graph keeps asking for an fp32 softmax
     (ort_attention,) = [n for n in use_native_attention(model).graph.node if n.op_type == "Attention"]
-    assert {a.name: helper.get_attribute_value(a) for a in ort_attention.attribute} == {"scale": 1.0, "softmax_precision": TensorProto.FLOAT}
+    assert {a.name: helper.get_attribute_value(a) for a in ort_attention.attribute} == {
+        "scale": 1.0,
+        "softmax_precision": TensorProto.FLOAT,
+    }
 
 
-@pytest.mark.parametrize("version, attention, refused", [
-    ("10.13.3.9", "native", True), ("10.9.0.34", "native", True), ("10.14.1.48", "native", False), ("11.1.0", "native", False),
-    ("10.9.0.34", "plugin", False),
-])
+@pytest.mark.parametrize(
+    "version, attention, refused",
+    [
+        ("10.13.3.9", "native", True),
+        ("10.9.0.34", "native", True),
+        ("10.14.1.48", "native", False),
+        ("11.1.0", "native", False),
+        ("10.9.0.34", "plugin", False),
+    ],
+)
 def test_native_attention_needs_tensorrt_10_14(version, attention, refused):
     options = BuildOptions(attention_impl=attention)
     if not refused:
@@ -108,15 +128,29 @@ def test_ops_without_a_plugin_always_go_native():
 
 
 def _manifest(**over):
-    base = dict(onnx_sha256="a" * 64, tensorrt="10.13.0", gpu="NVIDIA H200", compute_capability="9.0", options=BuildOptions(),
-                plugin_ops=["ToMeMatch"], build_seconds=12.34, created="2026-11-21T00:00:00+00:00")
+    base = dict(
+        onnx_sha256="a" * 64,
+        tensorrt="10.13.0",
+        gpu="NVIDIA H200",
+        compute_capability="9.0",
+        options=BuildOptions(),
+        plugin_ops=["ToMeMatch"],
+        build_seconds=12.34,
+        created="2026-11-21T00:00:00+00:00",
+    )
     return engine_manifest(**(base | over))
 
 
 def test_engine_manifest_records_the_build():
     m = _manifest()
-    assert m["build"] == {"batch": [1, 8, 64], "merge_impl": "plugin", "attention_impl": "plugin", "opt_level": 3,
-                          "timing_cache": None, "baseline": True}
+    assert m["build"] == {
+        "batch": [1, 8, 64],
+        "merge_impl": "plugin",
+        "attention_impl": "plugin",
+        "opt_level": 3,
+        "timing_cache": None,
+        "baseline": True,
+    }
     assert m["build_seconds"] == 12.3 and m["format"] == "deploytk-engine/1" and m["baseline"] is None
     check_engine(m, onnx_sha256="a" * 64, tensorrt="10.13.0", compute_capability="9.0", gpu="NVIDIA H200")  # matches: no error
 

@@ -9,7 +9,6 @@ import json
 import shutil
 
 import pytest
-
 from conftest import export_config
 
 from deploytk.errors import DeploytkError

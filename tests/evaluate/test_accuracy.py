@@ -6,10 +6,10 @@ import tempfile
 import numpy as np
 import pytest
 import torch
+from digits_fixtures import DENSE, TOME_R4, digits_cfg, digits_tree  # noqa: F401  (fixtures)
 
 from deploytk.errors import DeploytkError
 from deploytk.evaluate.accuracy import _topk_correct, evaluate, scan_image_folder
-from digits_fixtures import DENSE, TOME_R4, digits_cfg, digits_tree  # noqa: F401  (fixtures)
 
 
 @pytest.fixture(scope="module")

@@ -3,12 +3,11 @@
 import json
 
 import pytest
+from digits_fixtures import DENSE, ROOT, TOME_R4, digits_tree  # noqa: F401  (fixture)
 from PIL import Image
 from typer.testing import CliRunner
 
 from deploytk.cli import app
-from digits_fixtures import DENSE, ROOT, TOME_R4, digits_tree  # noqa: F401  (fixture)
-
 
 runner = CliRunner()
 
@@ -69,8 +68,13 @@ def test_class_count_mismatch(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     for c in ("a", "b", "c"):
         image(tmp_path / "data" / c / "0.png")
-    eval_fails(tmp_path, DENSE, "--data", tmp_path / "data",
-               match="has 3 class folder(s) (a, b, c) but model vit_tiny_patch16_224 has num_classes=10")
+    eval_fails(
+        tmp_path,
+        DENSE,
+        "--data",
+        tmp_path / "data",
+        match="has 3 class folder(s) (a, b, c) but model vit_tiny_patch16_224 has num_classes=10",
+    )
 
 
 def test_dataset_root_instead_of_split_gets_a_hint(tmp_path, digits_tree, monkeypatch):
@@ -79,8 +83,9 @@ def test_dataset_root_instead_of_split_gets_a_hint(tmp_path, digits_tree, monkey
     eval_fails(tmp_path, DENSE, "--data", root, match=f"pass its split, e.g. --data {root / 'val'}")
 
 
-@pytest.mark.parametrize("option,value,match", [("--limit", 0, "--limit 0: must be an int >= 1"),
-                                                ("--batch-size", 0, "--batch-size 0: must be an int >= 1")])
+@pytest.mark.parametrize(
+    "option,value,match", [("--limit", 0, "--limit 0: must be an int >= 1"), ("--batch-size", 0, "--batch-size 0: must be an int >= 1")]
+)
 def test_bad_numbers(tmp_path, digits_tree, option, value, match):
     root, _ = digits_tree
     eval_fails(tmp_path, DENSE, "--data", root / "val", option, value, match=match)
@@ -90,7 +95,15 @@ def test_artifacts_that_are_not_an_export(tmp_path, digits_tree, monkeypatch):
     root, _ = digits_tree
     monkeypatch.chdir(ROOT)
     (tmp_path / "art").mkdir()
-    eval_fails(tmp_path, DENSE, "--data", root / "val", "--artifacts", tmp_path / "art", match="is not a deploytk artifact directory: model.onnx is missing")
+    eval_fails(
+        tmp_path,
+        DENSE,
+        "--data",
+        root / "val",
+        "--artifacts",
+        tmp_path / "art",
+        match="is not a deploytk artifact directory: model.onnx is missing",
+    )
 
 
 def test_missing_config(tmp_path, digits_tree):

@@ -2,11 +2,11 @@
 
 import numpy as np
 import pytest
+from digits_fixtures import digits_tree  # noqa: F401  (fixture)
 from PIL import Image
 
 from deploytk.errors import DeploytkError
 from deploytk.evaluate.digits import MARKER, digits_split, write_digits_imagefolder
-from digits_fixtures import digits_tree  # noqa: F401  (fixture)
 
 
 def files_of(root):

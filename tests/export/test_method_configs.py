@@ -55,8 +55,12 @@ def export_and_validate(config: Path, tmp_path: Path):
 def test_method_config_exports_and_validates(config, tmp_path):
     manifest = export_and_validate(config, tmp_path)
     method = manifest["method"]["name"]
-    expected_ops = {"mctf": {"MctfMatch", "TokenAggregate"}, "evit": {"TopKSelect", "TokenAggregate"},
-                    "crucial": {"CrucialMatch", "TokenAggregate"}, "atm": {"ToMeMatch", "SizeSplitMatch", "TokenAggregate"}}[method]
+    expected_ops = {
+        "mctf": {"MctfMatch", "TokenAggregate"},
+        "evit": {"TopKSelect", "TokenAggregate"},
+        "crucial": {"CrucialMatch", "TokenAggregate"},
+        "atm": {"ToMeMatch", "SizeSplitMatch", "TokenAggregate"},
+    }[method]
     assert expected_ops <= set(manifest["custom_ops"])
     assert manifest["gflops"] < manifest["dense_gflops"]
     assert_every_deploytk_node_builds_as_a_plugin(onnx.load(str(tmp_path / config.stem / "model.onnx")))

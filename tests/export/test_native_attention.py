@@ -125,7 +125,10 @@ def test_single_node_fp16_graph_uses_castlike():
 def test_model_without_proportional_attention_is_refused():
     node = helper.make_node("Relu", ["x"], ["y"])
     graph = helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])]
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     with pytest.raises(DeploytkError, match="no deploytk.ProportionalAttention node to replace") as err:

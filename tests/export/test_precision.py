@@ -31,8 +31,9 @@ LOW = {"fp16": (torch.float16, TensorProto.FLOAT16), "bf16": (torch.bfloat16, Te
 
 def tiny_merged(seed=0) -> MergedViT:
     torch.manual_seed(seed)
-    vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=4, embed_dim=64,
-                            depth=4, num_heads=2, num_classes=10).eval()
+    vit = timm.create_model(
+        "vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=4, embed_dim=64, depth=4, num_heads=2, num_classes=10
+    ).eval()
     return MergedViT(vit, [6] * 4, prop_attn=True).eval()
 
 
@@ -145,8 +146,13 @@ def test_bf16_emulation_rounds_like_bf16_arithmetic():
         helper.make_node("Add", ["y", "b"], ["z"]),
         helper.make_node("Cast", ["z"], ["out"], to=TensorProto.FLOAT),
     ]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 6])],
-                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [3, 5])], inits)
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 6])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [3, 5])],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     model.ir_version = 10
     emulated = emulate_bf16(model)

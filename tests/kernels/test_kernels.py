@@ -53,7 +53,9 @@ def test_selftest_fails_when_a_kernel_is_wrong(monkeypatch):
     monkeypatch.setattr(launch, "interpreting", lambda: True)  # CPU tensors, interpreter-sized shapes
     ops = torch.ops.deploytk
     monkeypatch.setattr(launch, "token_aggregate", lambda x, w, d, t, n: ops.token_aggregate(x.float(), w, d, t, n) * 1.1)
-    monkeypatch.setattr(launch, "proportional_attention", lambda q, k, v, s, sc: ops.proportional_attention(q.float(), k.float(), v.float(), s, sc) + 0.1)
+    monkeypatch.setattr(
+        launch, "proportional_attention", lambda q, k, v, s, sc: ops.proportional_attention(q.float(), k.float(), v.float(), s, sc) + 0.1
+    )
 
     def shifted_match(m, r, p, srt):  # A tokens' slots rotated by one
         dest = ops.tome_match(m.float(), r, p, srt)
@@ -70,8 +72,15 @@ def test_selftest_fails_when_a_kernel_is_wrong(monkeypatch):
     monkeypatch.setattr(launch, "size_split_match", lambda m, s, r, p: rotate(ops.size_split_match(m.float(), s.float(), r, p)))
     monkeypatch.setattr(launch, "mctf_match", lambda m, rc, s, *a: rotate(ops.mctf_match(m.float(), rc.float(), s.float(), *a)))
     cases = selftest.run()
-    assert {c.op for c in cases} == {"TokenAggregate", "ProportionalAttention", "ToMeMatch", "TopKSelect", "CrucialMatch",
-                                     "SizeSplitMatch", "MctfMatch"}
+    assert {c.op for c in cases} == {
+        "TokenAggregate",
+        "ProportionalAttention",
+        "ToMeMatch",
+        "TopKSelect",
+        "CrucialMatch",
+        "SizeSplitMatch",
+        "MctfMatch",
+    }
     assert cases and not any(c.passed for c in cases)
 
 
@@ -144,7 +153,10 @@ def test_valid_assignment_fills_every_slot():
         ((torch.zeros(2, 5), torch.ones(2, 5, 1), torch.zeros(2, 5, dtype=torch.long), 3, True), "expects x [B, N, C]"),
         ((torch.zeros(2, 5, 4), torch.ones(3, 5, 1), torch.zeros(2, 5, dtype=torch.long), 3, True), "disagree on batch"),
         ((torch.zeros(2, 5, 4), torch.ones(2, 5, 1), torch.zeros(2, 5, dtype=torch.long), 6, True), "tokens_out=6 must be in [1, 5]"),
-        ((torch.zeros(2, 5, 4, dtype=torch.float64), torch.ones(2, 5, 1), torch.zeros(2, 5, dtype=torch.long), 3, True), "float64 is not supported"),
+        (
+            (torch.zeros(2, 5, 4, dtype=torch.float64), torch.ones(2, 5, 1), torch.zeros(2, 5, dtype=torch.long), 3, True),
+            "float64 is not supported",
+        ),
     ],
 )
 def test_token_aggregate_bad_input_fails_before_launch(args, message):
@@ -163,17 +175,34 @@ def test_attention_bad_input_fails_before_launch(monkeypatch):
         launch.proportional_attention(q, q, q, torch.ones(2, 10, 1), 0.25)
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda: launch.topk_select(torch.rand(2, 10), 9, 1), "keep=9 is not allowed for 10 tokens with 1 protected; keep must be in [1, 8]"),
-    (lambda: launch.topk_select(torch.rand(2, 10, 1), 3, 1), "expects scores [B, N]"),
-    (lambda: launch.crucial_match(torch.zeros(3, 10, 8), torch.rand(2, 10), 3, 1), "expects scores [B, N] and metric [B, N, D]"),
-    (lambda: launch.size_split_match(torch.zeros(2, 10, 8), torch.ones(2, 9, 1), 2, 1), "disagree on batch/token count"),
-    (lambda: launch.size_split_match(torch.zeros(2, 10, 8), torch.ones(2, 10, 1), 5, 1), "r=5 is not allowed for 10 tokens with 1 protected; r must be in [1, 4]"),
-    (lambda: launch.mctf_match(torch.zeros(2, 10, 8), torch.ones(1, 10), torch.ones(2, 10, 1), 2, 1, 1.0, 20.0, 40.0, True), "disagree on batch"),
-    (lambda: launch.mctf_match(torch.zeros(2, 10, 8), torch.ones(2, 10), torch.ones(2, 10, 1, dtype=torch.float64), 2, 1, 1.0, 0.0, 0.0, False),
-     "float64 is not supported"),
-    (lambda: launch.topk_select(torch.rand(1, 4097), 8, 1), "supports up to 4096 tokens; got 4097"),
-], ids=["keep", "scores-rank", "crucial-batch", "size-tokens", "r", "mctf-batch", "dtype", "tokens"])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (
+            lambda: launch.topk_select(torch.rand(2, 10), 9, 1),
+            "keep=9 is not allowed for 10 tokens with 1 protected; keep must be in [1, 8]",
+        ),
+        (lambda: launch.topk_select(torch.rand(2, 10, 1), 3, 1), "expects scores [B, N]"),
+        (lambda: launch.crucial_match(torch.zeros(3, 10, 8), torch.rand(2, 10), 3, 1), "expects scores [B, N] and metric [B, N, D]"),
+        (lambda: launch.size_split_match(torch.zeros(2, 10, 8), torch.ones(2, 9, 1), 2, 1), "disagree on batch/token count"),
+        (
+            lambda: launch.size_split_match(torch.zeros(2, 10, 8), torch.ones(2, 10, 1), 5, 1),
+            "r=5 is not allowed for 10 tokens with 1 protected; r must be in [1, 4]",
+        ),
+        (
+            lambda: launch.mctf_match(torch.zeros(2, 10, 8), torch.ones(1, 10), torch.ones(2, 10, 1), 2, 1, 1.0, 20.0, 40.0, True),
+            "disagree on batch",
+        ),
+        (
+            lambda: launch.mctf_match(
+                torch.zeros(2, 10, 8), torch.ones(2, 10), torch.ones(2, 10, 1, dtype=torch.float64), 2, 1, 1.0, 0.0, 0.0, False
+            ),
+            "float64 is not supported",
+        ),
+        (lambda: launch.topk_select(torch.rand(1, 4097), 8, 1), "supports up to 4096 tokens; got 4097"),
+    ],
+    ids=["keep", "scores-rank", "crucial-batch", "size-tokens", "r", "mctf-batch", "dtype", "tokens"],
+)
 def test_selection_kernels_bad_input_fails_before_launch(call, message):
     with pytest.raises(DeploytkError, match=message.replace("[", r"\[").replace("]", r"\]")):
         call()

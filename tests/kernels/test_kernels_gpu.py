@@ -12,21 +12,27 @@ import sys
 
 import pytest
 import torch
-
 from conftest import digits_config
 
 pytestmark = pytest.mark.gpu
 
-METHODS = ["digits_vit_tome_r4", "digits_vit_mctf_r4", "digits_vit_atm_calibrated", "digits_vit_evit_k70",
-           "digits_vit_crucial_k70", "digits_vit_topk_k70"]
+METHODS = [
+    "digits_vit_tome_r4",
+    "digits_vit_mctf_r4",
+    "digits_vit_atm_calibrated",
+    "digits_vit_evit_k70",
+    "digits_vit_crucial_k70",
+    "digits_vit_topk_k70",
+]
 
 
 def test_native_selftest_passes_for_every_op_and_dtype():
     from deploytk.ops import OPS
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    result = subprocess.run([sys.executable, "-c", "from deploytk.cli import main; main()", "selftest", "--json"],
-                            capture_output=True, text=True, env=env)
+    result = subprocess.run(
+        [sys.executable, "-c", "from deploytk.cli import main; main()", "selftest", "--json"], capture_output=True, text=True, env=env
+    )
     report = json.loads(result.stdout)
     failed = [c for c in report["cases"] if not c["passed"]]
     assert result.returncode == 0 and report["passed"], failed[:5]
@@ -69,9 +75,19 @@ def test_merged_model_on_cuda_runs_the_kernels_and_matches_the_cpu_reference(ste
 
     model = build_reference(digits_config(stem))
     calls, cuda_calls = {}, []
-    for name in ("token_aggregate", "tome_match", "proportional_attention", "mctf_match", "size_split_match", "topk_select", "crucial_match"):
+    for name in (
+        "token_aggregate",
+        "tome_match",
+        "proportional_attention",
+        "mctf_match",
+        "size_split_match",
+        "topk_select",
+        "crucial_match",
+    ):
         real = getattr(launch, name)
-        monkeypatch.setattr(launch, name, lambda *a, _real=real, _name=name, **k: calls.__setitem__(_name, calls.get(_name, 0) + 1) or _real(*a, **k))
+        monkeypatch.setattr(
+            launch, name, lambda *a, _real=real, _name=name, **k: calls.__setitem__(_name, calls.get(_name, 0) + 1) or _real(*a, **k)
+        )
     with torch.no_grad():
         cpu_dests = []
         model.dest_hook = lambda op, args, dest: cpu_dests.append(dest) or dest
@@ -80,12 +96,15 @@ def test_merged_model_on_cuda_runs_the_kernels_and_matches_the_cpu_reference(ste
         def record(op, args, dest):
             cuda_calls.append((op, [a.cpu() if isinstance(a, torch.Tensor) else a for a in args], dest.cpu()))
             return dest
+
         model.cuda().dest_hook = record
         got = model(digit_batch.cuda()).cpu()
         replayed = iter(dest for _, _, dest in cuda_calls)
         model.cpu().dest_hook = lambda op, args, dest: next(replayed)
         replay = model(digit_batch)
-    assert calls.get("token_aggregate") and any(calls.get(m) for m in ("tome_match", "mctf_match", "size_split_match", "topk_select", "crucial_match"))
+    assert calls.get("token_aggregate") and any(
+        calls.get(m) for m in ("tome_match", "mctf_match", "size_split_match", "topk_select", "crucial_match")
+    )
     assert len(cuda_calls) == len(cpu_dests) > 0
     for op, args, dest in cuda_calls:  # each kernel against the CPU reference op on the same inputs
         reference = getattr(torch.ops.deploytk, op)

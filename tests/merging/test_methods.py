@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import timm
 import torch
-
 from conftest import seeded_images, seeded_init
+
 from deploytk.analysis.flops import count_flops
 from deploytk.config import config_from_dict, load_config
 from deploytk.errors import DeploytkError
@@ -101,7 +101,13 @@ def test_atm_count_above_and_size_split_grouping():
 
 
 def test_atm_calibration_statistic_is_per_layer_quantile():
-    cfg = config_from_dict({"model": "deit_tiny_patch16_224", "merge": {"method": "atm", "r": 0, "options": {"alpha": 0.5, "beta": 0.1, "theta_min": 0.2}}, "export": {"img_size": 64}})
+    cfg = config_from_dict(
+        {
+            "model": "deit_tiny_patch16_224",
+            "merge": {"method": "atm", "r": 0, "options": {"alpha": 0.5, "beta": 0.1, "theta_min": 0.2}},
+            "export": {"img_size": 64},
+        }
+    )
     rng = np.random.default_rng(0)
     batches = [rng.standard_normal((4, 3, 64, 64)).astype(np.float32) for _ in range(3)]
     data, report = calibrate(cfg, batches, 0.5, "test")
@@ -139,7 +145,10 @@ def test_keep_rate_one_is_dense():
 @pytest.mark.parametrize(
     "merge,message",
     [
-        ({"method": "mctf", "options": {"tau_foo": 1}}, r"unknown option `merge.options.tau_foo` for method mctf \(allowed: layers, tau_sim"),
+        (
+            {"method": "mctf", "options": {"tau_foo": 1}},
+            r"unknown option `merge.options.tau_foo` for method mctf \(allowed: layers, tau_sim",
+        ),
         ({"method": "evit", "options": {"keep_rate": 1.5}}, r"`merge.options.keep_rate` = 1.5: Input should be less than or equal to 1"),
         ({"method": "topk", "options": {"keep_rate": 0}}, r"`merge.options.keep_rate` = 0: Input should be greater than 0"),
         ({"method": "atm", "options": {"alpha": 1.2}}, r"`merge.options.alpha` = 1.2: Input should be less than or equal to 1"),
@@ -177,6 +186,8 @@ def test_calibrate_cli_without_images_fails_cleanly_and_writes_nothing(tmp_path)
     result = CliRunner().invoke(app, ["calibrate", str(ROOT / "export_configs" / "deit_tiny_atm.yaml"), "--output", str(out)])
     assert result.exit_code == 2
     assert "calibration needs images: pass exactly one of --images DIR or --synthetic N" in result.output
-    result = CliRunner().invoke(app, ["calibrate", str(ROOT / "export_configs" / "deit_tiny_mctf_r8.yaml"), "--synthetic", "2", "--output", str(out)])
+    result = CliRunner().invoke(
+        app, ["calibrate", str(ROOT / "export_configs" / "deit_tiny_mctf_r8.yaml"), "--synthetic", "2", "--output", str(out)]
+    )
     assert result.exit_code == 2 and "calibration is for method atm" in result.output
     assert not out.exists() and list(tmp_path.iterdir()) == []

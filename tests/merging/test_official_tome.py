@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import timm
 import torch
-
 from conftest import seeded_images, seeded_init
+
 from deploytk.merging.patch import MergedViT, build_schedule
 
 RECORDED = np.load(Path(__file__).parent.parent / "data" / "tome_official_logits.npz")

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import timm
 import torch
-
 from conftest import seeded_init
+
 from deploytk.backends.ort import ort_session
 from deploytk.errors import DeploytkError
 from deploytk.export.onnx_export import custom_op_counts, export_model

@@ -25,7 +25,9 @@ def node_session(op_name, inputs: dict, out_type, out_rank, **attrs):
     def info(k, v):
         return helper.make_tensor_value_info(k, TensorProto.INT64 if v.dtype == np.int64 else TensorProto.FLOAT, ["batch", *v.shape[1:]])
 
-    graph = helper.make_graph([node], "g", [info(k, v) for k, v in inputs.items()], [helper.make_tensor_value_info("out", out_type, [None] * out_rank)])
+    graph = helper.make_graph(
+        [node], "g", [info(k, v) for k, v in inputs.items()], [helper.make_tensor_value_info("out", out_type, [None] * out_rank)]
+    )
     model = helper.make_model(graph, functions=[fn], opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("deploytk", 1)])
     model.ir_version = 10
     onnx.checker.check_model(model, full_check=True)
@@ -42,9 +44,15 @@ def run_node(op_name, inputs: dict, out_type, out_rank, **attrs):
 )
 def test_tome_match_body_equals_torch_and_merges_like_tome(batch, n, c, r, protected, sort_unmerged):
     g = torch.Generator().manual_seed(n + r)
-    x, size, metric = torch.randn(batch, n, c, generator=g), torch.rand(batch, n, 1, generator=g) + 0.5, torch.randn(batch, n, 7, generator=g)
+    x, size, metric = (
+        torch.randn(batch, n, c, generator=g),
+        torch.rand(batch, n, 1, generator=g) + 0.5,
+        torch.randn(batch, n, 7, generator=g),
+    )
     dest = torch.ops.deploytk.tome_match(metric, r, protected, sort_unmerged)
-    got = run_node("ToMeMatch", {"metric": metric.numpy()}, TensorProto.INT64, 2, r=r, protected=protected, sort_unmerged=int(sort_unmerged), tokens=n)
+    got = run_node(
+        "ToMeMatch", {"metric": metric.numpy()}, TensorProto.INT64, 2, r=r, protected=protected, sort_unmerged=int(sort_unmerged), tokens=n
+    )
     np.testing.assert_array_equal(got, dest.numpy())
     # independent check: match + aggregate is ToMe's merge (merging.tome.merge_tokens, the official algorithm)
     want_x, want_size = merge_tokens(x, size, metric, r, protected, sort_unmerged)
@@ -62,8 +70,19 @@ def test_mctf_match_body_equals_torch(b, n, p, r, bidir):
     metric, received = torch.randn(b, n, 12, generator=g), torch.rand(b, n, generator=g) + 0.01
     size = torch.randint(1, 5, (b, n, 1), generator=g).float()
     want = ops.mctf_match(metric, received, size, r, p, 1.0, 20.0, 40.0, bidir)
-    got = run_node("MctfMatch", {"metric": metric.numpy(), "received": received.numpy(), "size": size.numpy()}, TensorProto.INT64, 2,
-                   r=r, protected=p, tau_sim=1.0, tau_info=20.0, tau_size=40.0, bidirection=int(bidir), tokens=n)
+    got = run_node(
+        "MctfMatch",
+        {"metric": metric.numpy(), "received": received.numpy(), "size": size.numpy()},
+        TensorProto.INT64,
+        2,
+        r=r,
+        protected=p,
+        tau_sim=1.0,
+        tau_info=20.0,
+        tau_size=40.0,
+        bidirection=int(bidir),
+        tokens=n,
+    )
     np.testing.assert_array_equal(got, want.numpy())
     for row in want:  # every output slot used exactly by >= 1 token; protected tokens first and alone
         assert sorted(set(row.tolist())) == list(range(n - r))
@@ -76,7 +95,9 @@ def test_selection_bodies_equal_torch(b, n, p, keep):
     scores, metric = torch.rand(b, n, generator=g), torch.randn(b, n, 8, generator=g)
     got = run_node("TopKSelect", {"scores": scores.numpy()}, TensorProto.INT64, 2, keep=keep, protected=p, tokens=n)
     np.testing.assert_array_equal(got, ops.topk_select(scores, keep, p).numpy())
-    got = run_node("CrucialMatch", {"metric": metric.numpy(), "scores": scores.numpy()}, TensorProto.INT64, 2, keep=keep, protected=p, tokens=n)
+    got = run_node(
+        "CrucialMatch", {"metric": metric.numpy(), "scores": scores.numpy()}, TensorProto.INT64, 2, keep=keep, protected=p, tokens=n
+    )
     np.testing.assert_array_equal(got, ops.crucial_match(metric, scores, keep, p).numpy())
 
 
@@ -98,7 +119,14 @@ def test_token_aggregate_body_and_hand_case(normalize):
     if normalize:
         slot0, slot1 = [2.0, 20.0], [7 / 3, 70 / 3]
     torch.testing.assert_close(got, torch.tensor([[slot0, slot1]]))
-    body = run_node("TokenAggregate", {"x": x.numpy(), "weight": w.numpy(), "dest": dest.numpy()}, TensorProto.FLOAT, 3, tokens_out=2, normalize=int(normalize))
+    body = run_node(
+        "TokenAggregate",
+        {"x": x.numpy(), "weight": w.numpy(), "dest": dest.numpy()},
+        TensorProto.FLOAT,
+        3,
+        tokens_out=2,
+        normalize=int(normalize),
+    )
     np.testing.assert_allclose(body, got.numpy(), rtol=1e-6)
 
 

@@ -11,14 +11,25 @@ import pytest
 from deploytk.errors import DeploytkError
 from plugins import tensorrt_plugins as tp
 from plugins.aot import (
-    SHARED_MEM_LIMIT, compile_variant, crucial_match_variant, mctf_match_variant, size_split_match_variant, strip_hidden_params, token_aggregate_variant,
-    tome_match_variant, topk_select_variant,
+    SHARED_MEM_LIMIT,
+    compile_variant,
+    crucial_match_variant,
+    mctf_match_variant,
+    size_split_match_variant,
+    strip_hidden_params,
+    token_aggregate_variant,
+    tome_match_variant,
+    topk_select_variant,
 )
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-c", "from deploytk.cli import main; main()", *args], capture_output=True, text=True,
-                          env={**os.environ, "TRITON_INTERPRET": "0"})
+    return subprocess.run(
+        [sys.executable, "-c", "from deploytk.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TRITON_INTERPRET": "0"},
+    )
 
 
 def test_plugins_compile_writes_sm90_ptx_for_every_plugin_kernel(tmp_path):
@@ -53,14 +64,18 @@ def test_plugins_compile_refuses_unknown_arch_and_writes_nothing(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
-@pytest.mark.parametrize("variant, kinds", [
-    (token_aggregate_variant("fp16", 384, True), ["u64", "u64", "u64", "u32", "u32", "u32", "u64"]),  # x, w, dest; N, C, T; out
-    (tome_match_variant("fp32", 577, 64, False), ["u64", "u32", "u32", "u32", "u32", "u64"]),  # metric; N, D, R, P; dest
-    (mctf_match_variant("fp16", 197, 384, 1.0, 20.0, 40.0, True), ["u64"] * 3 + ["u32"] * 4 + ["u64"]),  # metric, received, size
-    (size_split_match_variant("bf16", 197, 64), ["u64"] * 2 + ["u32"] * 4 + ["u64"]),  # metric, size; N, D, R, P; dest
-    (topk_select_variant("fp32", 577), ["u64", "u32", "u32", "u32", "u64"]),  # scores; N, KEEP, P; dest
-    (crucial_match_variant("fp16", 1025, 64), ["u64"] * 2 + ["u32"] * 4 + ["u64"]),  # metric, scores; N, D, KEEP, P; dest
-], ids=lambda v: v.op if hasattr(v, "op") else "")
+@pytest.mark.parametrize(
+    "variant, kinds",
+    [
+        (token_aggregate_variant("fp16", 384, True), ["u64", "u64", "u64", "u32", "u32", "u32", "u64"]),  # x, w, dest; N, C, T; out
+        (tome_match_variant("fp32", 577, 64, False), ["u64", "u32", "u32", "u32", "u32", "u64"]),  # metric; N, D, R, P; dest
+        (mctf_match_variant("fp16", 197, 384, 1.0, 20.0, 40.0, True), ["u64"] * 3 + ["u32"] * 4 + ["u64"]),  # metric, received, size
+        (size_split_match_variant("bf16", 197, 64), ["u64"] * 2 + ["u32"] * 4 + ["u64"]),  # metric, size; N, D, R, P; dest
+        (topk_select_variant("fp32", 577), ["u64", "u32", "u32", "u32", "u64"]),  # scores; N, KEEP, P; dest
+        (crucial_match_variant("fp16", 1025, 64), ["u64"] * 2 + ["u32"] * 4 + ["u64"]),  # metric, scores; N, D, KEEP, P; dest
+    ],
+    ids=lambda v: v.op if hasattr(v, "op") else "",
+)
 def test_compiled_kernel_takes_exactly_inputs_then_ints_then_outputs(variant, kinds):
     """TensorRT's AOT convention, and nothing more: Triton's trailing scratch pointers are stripped."""
     k = compile_variant(variant, "sm_80")
@@ -106,7 +121,9 @@ def test_type_combinations_keep_size_fp32_and_dest_int64():
     assert tp.type_combinations("ToMeMatch") == ["FP32, INT64", "FP16, INT64", "BF16, INT64"]
     assert tp.type_combinations("MctfMatch")[1] == "FP16, FP16, FP16, INT64"  # metric, received, size -> dest
     assert tp.type_combinations("TopKSelect") == ["FP32, INT64", "FP16, INT64", "BF16, INT64"]
-    assert tp.type_combinations("CrucialMatch")[2] == "BF16, BF16, INT64" and tp.type_combinations("SizeSplitMatch")[0] == "FP32, FP32, INT64"
+    assert (
+        tp.type_combinations("CrucialMatch")[2] == "BF16, BF16, INT64" and tp.type_combinations("SizeSplitMatch")[0] == "FP32, FP32, INT64"
+    )
     attn = tp.type_combinations("ProportionalAttention")
     assert all(c.split(", ")[3] == "FP32" and len(c.split(", ")) == 5 for c in attn)
     with pytest.raises(DeploytkError, match="no TensorRT plugin for op 'Softmax'"):
@@ -179,7 +196,11 @@ def _decorated_signatures() -> dict:
     for fn in ast.walk(tree):
         if isinstance(fn, ast.FunctionDef):
             for dec in fn.decorator_list:
-                if isinstance(dec, ast.Call) and isinstance(dec.func, ast.Attribute) and dec.func.attr in ("register", "autotune", "aot_impl"):
+                if (
+                    isinstance(dec, ast.Call)
+                    and isinstance(dec.func, ast.Attribute)
+                    and dec.func.attr in ("register", "autotune", "aot_impl")
+                ):
                     op = ast.unparse(dec.args[0]).split("::")[-1].rstrip("\"'")
                     found[(dec.func.attr, op)] = [a.arg for a in fn.args.args]
     return found

@@ -14,9 +14,16 @@ def fake_gpu(monkeypatch, present: bool):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
 
 
-@pytest.mark.parametrize("backend, with_gpu, device", [
-    ("torch", True, "cuda"), ("torch", False, "cpu"), ("ort", True, "cpu"), ("ort-cuda", True, "cuda"), ("trt", True, "cuda"),
-])
+@pytest.mark.parametrize(
+    "backend, with_gpu, device",
+    [
+        ("torch", True, "cuda"),
+        ("torch", False, "cpu"),
+        ("ort", True, "cpu"),
+        ("ort-cuda", True, "cuda"),
+        ("trt", True, "cuda"),
+    ],
+)
 def test_the_report_names_the_gpu_only_when_the_backend_ran_on_it(monkeypatch, backend, with_gpu, device):
     fake_gpu(monkeypatch, with_gpu)
     info = device_info(backend)
