@@ -7,11 +7,11 @@ BIN    := $(VENV)/bin
 TORCH_PAIR := torch==2.14.1 torchvision==0.29.2
 DEMO_DIR := artifacts/deit_small_tome_r16
 
-.PHONY: install demo test test-all gpu-bench clean
+.PHONY: install demo lint test test-all gpu-bench clean
 
 install: $(BIN)/.installed
 
-$(BIN)/.installed: pyproject.toml Makefile
+$(BIN)/.installed: pyproject.toml setup.py Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check $(TORCH_PAIR) -e ".[test]"
 	$(BIN)/python -c "import timm, torch, onnxruntime; print('installed torch', torch.__version__, 'timm', timm.__version__)"
@@ -24,8 +24,14 @@ demo: install
 	$(BIN)/deploytk validate $(DEMO_DIR)
 	$(BIN)/deploytk profile $(DEMO_DIR) --batch-sizes 1,8
 
-# Default suite: CPU only, no slow/GPU/TensorRT tests. pytest's exit 5 (no tests ran) fails.
-test: install
+# Lint: ruff (rules and formatting) and the import-layer contract in pyproject.toml (import-linter).
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+
+# Default suite: lint, then CPU-only tests, no slow/GPU/TensorRT ones. pytest's exit 5 (no tests ran) fails.
+test: lint
 	$(BIN)/python -m pytest -m "not slow and not gpu and not trt" -q; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests"; exit 1; fi; exit $$rc
 

@@ -26,6 +26,8 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
+from deploytk.files import atomic_file, write_atomically
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results"
@@ -140,15 +142,15 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp)
+    with atomic_file(path) as tmp:
+        fig.savefig(tmp)
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def markdown(rows: list[dict], k: int) -> str:
     lines = [
-        f"| config | method | settings (as in the config) | GFLOPs | dense GFLOPs | top-1 reference | top-1 ORT | top-{k} reference | top-{k} ORT | ORT = reference top-1 |",
+        "| config | method | settings (as in the config) | GFLOPs | dense GFLOPs | top-1 reference | top-1 ORT "
+        f"| top-{k} reference | top-{k} ORT | ORT = reference top-1 |",
         "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
@@ -164,6 +166,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     from rich.console import Console
 
+    from deploytk.cli.render import RichProgress
     from deploytk.config import load_config
     from deploytk.errors import DeploytkError
     from deploytk.evaluate.accuracy import device_info, evaluate
@@ -188,9 +191,9 @@ def main(argv=None) -> int:
             for path in configs:
                 cfg = resolve_checkpoint(load_config(path))
                 console.print(f"[cyan]{path.relative_to(ROOT)}[/]: {settings_text(merge_as_written(path))}")
-                report = evaluate(
-                    cfg, data, batch_size=args.batch_size, limit=args.limit, config_name=str(path.relative_to(ROOT)), console=console
-                )
+                with RichProgress() as progress:
+                    name = str(path.relative_to(ROOT))
+                    report = evaluate(cfg, data, batch_size=args.batch_size, limit=args.limit, config_name=name, progress=progress)
                 reports.append(report)
                 rows.append(row_of(path, report, merge_as_written(path)))
     except DeploytkError as err:
@@ -215,9 +218,7 @@ def main(argv=None) -> int:
     }
     args.output_dir.mkdir(parents=True, exist_ok=True)
     out_json = args.output_dir / f"{STEM}.json"
-    tmp_json = out_json.with_name(f".{out_json.name}.tmp")
-    tmp_json.write_text(json.dumps(result, indent=2) + "\n")
-    os.replace(tmp_json, out_json)
+    write_atomically(out_json, json.dumps(result, indent=2) + "\n")
     plot(rows, args.output_dir / f"{STEM}.png", f"digits ViT ({reports[0]['num_images']} val images): top-1 vs GFLOPs")
     print(markdown(rows, reports[0]["topk"]))
     print(f"\nwrote {out_json} and {args.output_dir / f'{STEM}.png'}", file=sys.stderr)

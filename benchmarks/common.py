@@ -13,6 +13,8 @@ from pathlib import Path
 
 import torch
 
+from deploytk.files import write_atomically
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 #: --dtype choices of the GPU benchmarks
@@ -91,12 +93,11 @@ def write_result(prefix: str, payload: dict, output: Path | None) -> Path:
     env = payload["environment"]
     where = re.sub(r"[^a-z0-9]+", "_", env.get("gpu", env["device"]).lower()).strip("_")
     path = output or RESULTS / f"{prefix}_{where}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": shlex.join([Path(sys.executable).name, *sys.argv]),
         **payload,
     }
-    path.write_text(json.dumps(payload, indent=2) + "\n")
+    write_atomically(path, json.dumps(payload, indent=2) + "\n")
     print(f"wrote {path}")
     return path

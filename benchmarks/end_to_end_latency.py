@@ -96,7 +96,7 @@ def main(argv=None) -> dict:
             ms = {}
             with torch.inference_mode():
                 for key, net in nets.items():
-                    ms[key] = median(time_ms(lambda net=net: net(x), device, args.warmup, args.iterations))
+                    ms[key] = median(time_ms(lambda net=net, x=x: net(x), device, args.warmup, args.iterations))
             row = {
                 "model": name,
                 "batch": batch,

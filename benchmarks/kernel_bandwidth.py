@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
@@ -42,13 +43,14 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> dict:
-    from deploytk.kernels import launch
-    from deploytk.merging.assign import token_aggregate as aggregate_reference
-    from deploytk.merging.tome import tome_dest
+    from deploytk.ops import OPS, kernel_common
 
+    # each op's torch launcher (launch.tome_match) and eager reference (ref.tome_match)
+    launch = SimpleNamespace(**{spec.torch_name: spec.kernel_module().launch for spec in OPS.values()})
+    ref = SimpleNamespace(**{spec.torch_name: spec.reference for spec in OPS.values()})
     args = parse_args(argv)
     if args.smoke:
-        if not launch.interpreting():
+        if not kernel_common.interpreting():
             raise SystemExit("--smoke runs the kernels in Triton's interpreter: set TRITON_INTERPRET=1.")
         device, args.batch, args.tokens, args.channels, args.heads, args.r = "cpu", 2, 33, 64, 2, 4
         args.warmup, args.iterations, args.dtype = 0, 1, args.dtype or "fp32"
@@ -69,7 +71,7 @@ def main(argv=None) -> dict:
     x = torch.randn(b, n, c, generator=gen).to(device, dtype)
     size = torch.randint(1, 4, (b, n, 1), generator=gen).float().to(device)
     metric = torch.randn(b, n, d, generator=gen).to(device, dtype)
-    dest = tome_dest(metric.float().cpu(), r, 1, True).to(device)
+    dest = ref.tome_match(metric.float().cpu(), r, 1, True).to(device)
     q, k, v = (torch.randn(b, h, n, d, generator=gen).to(device, dtype) for _ in range(3))
 
     cases = []
@@ -90,7 +92,7 @@ def main(argv=None) -> dict:
         )
 
     ms = measure(lambda: launch.token_aggregate(x, size, dest, t, True))
-    ref_ms = measure(lambda: aggregate_reference(x, size, dest, t, True))
+    ref_ms = measure(lambda: ref.token_aggregate(x, size, dest, t, True))
     record(
         "TokenAggregate",
         {"B": b, "N": n, "C": c, "T": t},
@@ -98,10 +100,6 @@ def main(argv=None) -> dict:
         b * n * c * elem + b * n * (4 + 8) + b * t * c * elem,
         pytorch_scatter_add_ms=round(ref_ms, 4),
     )
-    from deploytk.merging.atm import size_split_match
-    from deploytk.merging.mctf import mctf_match
-    from deploytk.merging.pruning import crucial_match, topk_select
-
     scores = torch.rand(b, n, generator=gen).to(device, dtype)
     received = (torch.rand(b, n, generator=gen) * 0.02 + 1e-3).to(device, dtype)
     size_low = size.to(dtype)
@@ -112,29 +110,29 @@ def main(argv=None) -> dict:
             "ToMeMatch",
             merge,
             lambda: launch.tome_match(metric, r, 1, True),
-            lambda: tome_dest(metric.float(), r, 1, True),
+            lambda: ref.tome_match(metric.float(), r, 1, True),
             b * n * d * elem,
         ),
         (
             "MctfMatch",
             merge,
             lambda: launch.mctf_match(metric, received, size_low, r, 1, 1.0, 20.0, 40.0, True),
-            lambda: mctf_match(metric.float(), received.float(), size, r, 1, 1.0, 20.0, 40.0, True),
+            lambda: ref.mctf_match(metric.float(), received.float(), size, r, 1, 1.0, 20.0, 40.0, True),
             b * n * (d + 2) * elem,
         ),
         (
             "SizeSplitMatch",
             merge,
             lambda: launch.size_split_match(metric, size_low, r, 1),
-            lambda: size_split_match(metric.float(), size, r, 1),
+            lambda: ref.size_split_match(metric.float(), size, r, 1),
             b * n * (d + 1) * elem,
         ),
-        ("TopKSelect", select, lambda: launch.topk_select(scores, keep, 1), lambda: topk_select(scores.float(), keep, 1), b * n * elem),
+        ("TopKSelect", select, lambda: launch.topk_select(scores, keep, 1), lambda: ref.topk_select(scores.float(), keep, 1), b * n * elem),
         (
             "CrucialMatch",
             select,
             lambda: launch.crucial_match(metric, scores, keep, 1),
-            lambda: crucial_match(metric.float(), scores.float(), keep, 1),
+            lambda: ref.crucial_match(metric.float(), scores.float(), keep, 1),
             b * n * (d + 1) * elem,
         ),
     ]

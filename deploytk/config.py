@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 
 from deploytk.errors import DeploytkError
+from deploytk.methods import get_method
 
 DEFAULT_CONFIG = Path("export_configs/deit_small_tome_r16.yaml")
 
@@ -110,8 +111,6 @@ def config_from_dict(data: dict, source: str = "(in memory)") -> DeployConfig:
     r = cfg.merge.r
     if isinstance(r, int) and r < 0 or isinstance(r, list) and any(v < 0 for v in r):
         raise DeploytkError(f"invalid config {source}: `merge.r` = {r!r}: r must not be negative; allowed: {_ALLOWED['r']}.")
-    from deploytk.merging.registry import get_method
-
     try:
         method = get_method(cfg.merge.method)
         method.parse_options(cfg.merge.options)
@@ -127,8 +126,6 @@ def config_from_dict(data: dict, source: str = "(in memory)") -> DeployConfig:
 
 def config_to_dict(cfg: DeployConfig) -> dict:
     """The resolved config as plain data that ``config_from_dict`` accepts again (for manifests)."""
-    from deploytk.merging.registry import get_method
-
     data = cfg.model_dump(mode="json")
     if not get_method(cfg.merge.method).uses_r:
         data["merge"].pop("r", None)
@@ -178,3 +175,11 @@ def parse_r_option(text: str):
         raise DeploytkError(
             f"--r {text!r} is not a valid r spec; allowed: an int (16), a per-layer list (8,8,4) or r:inflection (16:-1)."
         ) from None
+
+
+def load_config_with_overrides(path: str | Path, **overrides) -> DeployConfig:
+    """A config file with command-line overrides (``r`` as --r writes it) applied and validated."""
+    cfg = load_config(path)
+    if overrides.get("r") is not None:
+        overrides["r"] = parse_r_option(overrides["r"])
+    return apply_overrides(cfg, **overrides)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
+from timm.data import create_transform, resolve_data_config
 
 from deploytk.errors import DeploytkError
 
@@ -42,8 +44,6 @@ def timm_eval_transform(vit):
     non-default ``img_size`` keeps its pretrained_cfg's 224, which would not fit it. Resize
     ratio (crop_pct), interpolation, mean and std stay timm's.
     """
-    from timm.data import create_transform, resolve_data_config
-
     size = model_input_size(vit)
     args = {"input_size": (3, *size)} if size else {}
     return create_transform(**resolve_data_config(args, model=vit))
@@ -51,8 +51,6 @@ def timm_eval_transform(vit):
 
 def load_images(files: list[Path], transform) -> np.ndarray:
     """``files`` read as RGB and preprocessed by ``transform``, stacked to float32 [N, 3, H, W]."""
-    from PIL import Image
-
     images = []
     for f in files:
         try:

@@ -10,22 +10,22 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
+import timm
 import torch
+from safetensors.torch import load_file
+from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
 from deploytk.config import DeployConfig
 from deploytk.errors import DeploytkError
-from deploytk.merging.patch import MergedViT
-from deploytk.merging.registry import get_method
+from deploytk.merging.merged_vit import MergedViT, build_merged
+from deploytk.methods import get_method
 
 RANDOM_INIT_SEED = 0
 
 
 def create_vit(cfg: DeployConfig) -> nn.Module:
     """The plain timm model with the config's weights, in eval mode."""
-    import timm
-    from timm.models.vision_transformer import VisionTransformer
-
     if not timm.is_model(cfg.model):
         close = difflib.get_close_matches(cfg.model, timm.list_models(), n=3)
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
@@ -70,8 +70,6 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
         raise DeploytkError(f"checkpoint {path} does not exist (`checkpoint` / --checkpoint).")
     try:
         if path.suffix == ".safetensors":
-            from safetensors.torch import load_file
-
             state = load_file(str(path), device="cpu")
         else:
             state = torch.load(path, map_location="cpu", weights_only=True)
@@ -117,4 +115,4 @@ def build_reference(cfg: DeployConfig, vit: nn.Module | None = None) -> MergedVi
     """The merged PyTorch reference for a config (the ground truth for every backend)."""
     method = get_method(cfg.merge.method)
     vit = vit if vit is not None else create_vit(cfg)
-    return method.build(vit, cfg.r_spec(), cfg.merge.prop_attn, method.parse_options(cfg.merge.options)).eval()
+    return build_merged(method, vit, cfg.r_spec(), cfg.merge.prop_attn, method.parse_options(cfg.merge.options)).eval()

@@ -1,8 +1,10 @@
 """Ahead-of-time compilation of the deploytk Triton kernels to PTX (what the AOT plugins embed).
 
-``compile_variant`` is the one place that turns a kernel + dtype + attributes into PTX and
-launch metadata; the TensorRT plugins' ``aot_impl`` and ``deploytk plugins compile`` both use
-it. Compiling needs Triton's LLVM backend only, no GPU.
+``kernel_variant`` turns an op, its input shapes, node attributes and dtype into the kernel's
+launch plan (the op's own ``kernel.plan``, the one the torch launcher uses) and its Triton
+signature; ``compile_variant`` turns that into PTX and launch metadata. The TensorRT plugins'
+``aot_impl`` and ``deploytk plugins compile`` both use them. Compiling needs Triton's LLVM
+backend only, no GPU.
 """
 
 from __future__ import annotations
@@ -14,7 +16,13 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from deploytk_plugins.definitions import PLUGINS
+
 from deploytk.errors import DeploytkError
+from deploytk.files import atomic_directory
+from deploytk.ops import OPS
+from deploytk.ops.spec import FP32, INT64
+from deploytk.progress import SILENT, Progress
 
 ARCHES = {"sm_80": 80, "sm_86": 86, "sm_89": 89, "sm_90": 90}
 #: Dynamic shared memory a kernel may use without opting in (cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE)).
@@ -29,12 +37,13 @@ POINTER = {"fp32": "*fp32", "fp16": "*fp16", "bf16": "*bf16"}
 
 @dataclass
 class KernelVariant:
-    """One compiled form: which op, dtype and compile-time constants."""
+    """One compiled form: which op, dtype and compile-time constants, and the plan it launches with."""
 
     op: str  # ONNX / plugin op name
     dtype: str  # fp32 | fp16 | bf16 (x / q,k,v and the output)
     constexprs: dict
     signature: dict = field(default_factory=dict)
+    plan: object = None
 
     @property
     def label(self) -> str:
@@ -42,118 +51,21 @@ class KernelVariant:
         return f"{self.op}_{self.dtype}_{consts}"
 
 
-def token_aggregate_variant(dtype: str, channels: int, normalize: bool) -> KernelVariant:
-    from deploytk.kernels import token_aggregate as k
-
-    sig = {"x_ptr": POINTER[dtype], "w_ptr": "*fp32", "dest_ptr": "*i64", "N": "i32", "C": "i32", "T": "i32", "out_ptr": POINTER[dtype]}
-    consts = {"NORMALIZE": bool(normalize), "PRECISION": _precision(dtype), **k.config(channels)}
-    return KernelVariant("TokenAggregate", dtype, consts, sig)
+def _pointer(kind: str, dtype: str) -> str:
+    return {FP32: "*fp32", INT64: "*i64"}.get(kind, POINTER[dtype])
 
 
-def proportional_attention_variant(dtype: str, head_dim: int, scale: float) -> KernelVariant:
-    from deploytk.kernels import proportional_attention as pa
+def kernel_variant(op: str, shapes: list, attrs: dict, dtype: str) -> KernelVariant:
+    """The kernel of ``op`` for these input shapes (the batch may be symbolic), node attributes and dtype.
 
-    p = POINTER[dtype]
-    sig = {"q_ptr": p, "k_ptr": p, "v_ptr": p, "size_ptr": "*fp32", "N": "i32", "H": "i32", "out_ptr": p}
-    consts = {"SCALE": float(scale), "HEAD_D": int(head_dim), "PRECISION": _precision(dtype), **pa.config(head_dim, dtype == "fp32")}
-    return KernelVariant("ProportionalAttention", dtype, consts, sig)
-
-
-def tome_match_variant(dtype: str, tokens: int, channels: int, sort_unmerged: bool) -> KernelVariant:
-    from deploytk.kernels import tome_match as k
-
-    sig = {"metric_ptr": POINTER[dtype], "N": "i32", "D": "i32", "R": "i32", "PROTECTED": "i32", "dest_ptr": "*i64"}
-    return KernelVariant("ToMeMatch", dtype, {"SORT_UNMERGED": bool(sort_unmerged), **k.config(tokens, channels)}, sig)
-
-
-def topk_select_variant(dtype: str, tokens: int) -> KernelVariant:
-    from deploytk.kernels import topk_select as k
-
-    sig = {"scores_ptr": POINTER[dtype], "N": "i32", "KEEP": "i32", "PROTECTED": "i32", "dest_ptr": "*i64"}
-    return KernelVariant("TopKSelect", dtype, k.config(tokens), sig)
-
-
-def crucial_match_variant(dtype: str, tokens: int, channels: int) -> KernelVariant:
-    from deploytk.kernels import crucial_match as k
-
-    sig = {
-        "metric_ptr": POINTER[dtype],
-        "scores_ptr": POINTER[dtype],
-        "N": "i32",
-        "D": "i32",
-        "KEEP": "i32",
-        "PROTECTED": "i32",
-        "dest_ptr": "*i64",
-    }
-    return KernelVariant("CrucialMatch", dtype, k.config(tokens, channels), sig)
-
-
-def size_split_match_variant(dtype: str, tokens: int, channels: int) -> KernelVariant:
-    from deploytk.kernels import size_split_match as k
-
-    sig = {
-        "metric_ptr": POINTER[dtype],
-        "size_ptr": POINTER[dtype],
-        "N": "i32",
-        "D": "i32",
-        "R": "i32",
-        "PROTECTED": "i32",
-        "dest_ptr": "*i64",
-    }
-    return KernelVariant("SizeSplitMatch", dtype, k.config(tokens, channels), sig)
-
-
-def mctf_match_variant(
-    dtype: str, tokens: int, channels: int, tau_sim: float, tau_info: float, tau_size: float, bidirection: bool
-) -> KernelVariant:
-    """The taus become compile-time exponents (1/tau, 0 = off), as the attention scale does: AOT plugin scalars are ints."""
-    from deploytk.kernels import mctf_match as k
-
-    p = POINTER[dtype]
-    sig = {"metric_ptr": p, "recv_ptr": p, "size_ptr": p, "N": "i32", "D": "i32", "R": "i32", "PROTECTED": "i32", "dest_ptr": "*i64"}
-    return KernelVariant("MctfMatch", dtype, k.constants(tokens, channels, tau_sim, tau_info, tau_size, bidirection), sig)
-
-
-def _num_warps(variant: KernelVariant) -> int:
-    """The torch launcher's choice for the same kernel and tiles."""
-    from deploytk.kernels import mctf_match, tome_match, topk_select
-
-    rule = {
-        "ToMeMatch": tome_match.num_warps,
-        "MctfMatch": mctf_match.num_warps,
-        "TopKSelect": topk_select.num_warps,
-        "CrucialMatch": topk_select.num_warps,
-        "SizeSplitMatch": topk_select.num_warps,
-    }.get(variant.op)
-    return rule(variant.constexprs) if rule else 4
-
-
-def _precision(dtype: str) -> str:
-    import torch
-
-    from deploytk.kernels.launch import precision
-
-    return precision({"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[dtype])  # the torch launcher's rule
-
-
-def _kernel_fn(op: str):
-    from deploytk.kernels.crucial_match import crucial_match_kernel
-    from deploytk.kernels.mctf_match import mctf_match_kernel
-    from deploytk.kernels.proportional_attention import proportional_attention_kernel
-    from deploytk.kernels.size_split_match import size_split_match_kernel
-    from deploytk.kernels.token_aggregate import token_aggregate_kernel
-    from deploytk.kernels.tome_match import tome_match_kernel
-    from deploytk.kernels.topk_select import topk_select_kernel
-
-    return {
-        "TokenAggregate": token_aggregate_kernel,
-        "ProportionalAttention": proportional_attention_kernel,
-        "ToMeMatch": tome_match_kernel,
-        "MctfMatch": mctf_match_kernel,
-        "SizeSplitMatch": size_split_match_kernel,
-        "TopKSelect": topk_select_kernel,
-        "CrucialMatch": crucial_match_kernel,
-    }[op]
+    Its Triton signature follows from the op's spec: input pointers typed by their kind, the
+    plan's int arguments, the output pointer (TensorRT's AOT order), named as the kernel names them.
+    """
+    spec = OPS[op]
+    plan = spec.kernel_module().plan(shapes, attrs, dtype)
+    kinds = [_pointer(t.kind, dtype) for t in spec.inputs] + ["i32"] * len(plan.ints) + [_pointer(spec.output, dtype)]
+    signature = dict(zip(plan.kernel.arg_names, kinds, strict=False))
+    return KernelVariant(op, dtype, dict(plan.constexprs), signature, plan)
 
 
 def strip_hidden_params(ptx: str, kernel_name: str, visible: int) -> str:
@@ -193,13 +105,13 @@ def compile_variant(variant: KernelVariant, arch: str) -> CompiledKernel:
     The deepest software pipeline (``NUM_STAGES``) whose shared memory fits ``SHARED_MEM_LIMIT``
     (none of the shipped tiles needs fewer than Triton's default 3 today).
     """
-    import triton
+    import triton  # optional: only AOT compilation needs it
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     if arch not in ARCHES:
         raise DeploytkError(f"--arch {arch!r} is not supported; choose one of {', '.join(ARCHES)}.")
-    fn = _kernel_fn(variant.op)
+    fn = variant.plan.kernel
     signature = dict(variant.signature) | {name: "constexpr" for name in variant.constexprs}
     params = inspect.signature(ASTSource.__init__).parameters
     key = "constexprs" if "constexprs" in params else "constants"  # renamed in Triton 3.3
@@ -207,7 +119,7 @@ def compile_variant(variant: KernelVariant, arch: str) -> CompiledKernel:
     for stages in NUM_STAGES:
         src = ASTSource(fn=fn, signature=signature, **{key: dict(variant.constexprs)})
         compiled = triton.compile(
-            src, target=GPUTarget("cuda", ARCHES[arch], 32), options={"num_warps": _num_warps(variant), "num_stages": stages}
+            src, target=GPUTarget("cuda", ARCHES[arch], 32), options={"num_warps": variant.plan.num_warps, "num_stages": stages}
         )
         md = compiled.metadata
         tried.append(f"{md.shared} B at {stages} stage(s)")
@@ -225,28 +137,25 @@ def compile_variant(variant: KernelVariant, arch: str) -> CompiledKernel:
 
 
 def standard_variants() -> list[KernelVariant]:
-    """What `deploytk plugins compile` writes: every kernel in every dtype at ViT shapes
-    (channels >= 64, head dim 64 with its scale 1/8, 197 tokens, MCTF's default taus 1/20/40).
-    Builds compile their own attributes."""
-    out = []
-    for dtype in POINTER:
-        out += [token_aggregate_variant(dtype, 384, normalize) for normalize in (True, False)]
-        out.append(proportional_attention_variant(dtype, 64, 64**-0.5))
-        out += [tome_match_variant(dtype, 197, 64, sort) for sort in (True, False)]
-        out += [mctf_match_variant(dtype, 197, 384, 1.0, 20.0, 40.0, bidirection) for bidirection in (True, False)]  # MCTF's taus
-        out += [size_split_match_variant(dtype, 197, 64), topk_select_variant(dtype, 197), crucial_match_variant(dtype, 197, 384)]
-    return out
+    """What `deploytk plugins compile` writes: every op's examples (``definitions.PLUGINS``) in every dtype.
+    Builds compile their own shapes and attributes."""
+    return [
+        kernel_variant(op, example.shapes, example.attrs, dtype)
+        for dtype in POINTER
+        for op, definition in PLUGINS.items()
+        for example in definition.examples
+    ]
 
 
-def compile_all(arch: str, output: Path, variants: list[KernelVariant] | None = None, step=lambda msg: None) -> dict:
+def compile_all(arch: str, output: Path, variants: list[KernelVariant] | None = None, progress: Progress = SILENT) -> dict:
     """Write ``<label>.ptx`` for every variant plus ``kernels.json``; all or nothing."""
-    from deploytk.export.artifacts import atomic_directory
-
+    if arch not in ARCHES:
+        raise DeploytkError(f"--arch {arch!r} is not supported; choose one of {', '.join(ARCHES)}.")
     variants = variants if variants is not None else standard_variants()
     records = []
     with atomic_directory(Path(output)) as tmp:
         for v in variants:
-            step(f"compiling {v.label} for {arch}")
+            progress.step(f"compiling {v.label} for {arch}")
             k = compile_variant(v, arch)
             (tmp / f"{v.label}.ptx").write_text(k.ptx)
             records.append(
@@ -267,22 +176,3 @@ def compile_all(arch: str, output: Path, variants: list[KernelVariant] | None = 
         index = {"arch": arch, "kernels": records}
         (tmp / "kernels.json").write_text(json.dumps(index, indent=2) + "\n")
     return index
-
-
-__all__ = [
-    "ARCHES",
-    "SHARED_MEM_LIMIT",
-    "KernelVariant",
-    "CompiledKernel",
-    "compile_variant",
-    "compile_all",
-    "standard_variants",
-    "token_aggregate_variant",
-    "proportional_attention_variant",
-    "tome_match_variant",
-    "mctf_match_variant",
-    "size_split_match_variant",
-    "topk_select_variant",
-    "crucial_match_variant",
-    "strip_hidden_params",
-]

@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from deploytk.files import atomic_file
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -235,10 +237,9 @@ def main(argv=None) -> int:
         "dtype": "float16",
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    tmp_out = args.output.with_name(f".{args.output.name}.tmp")
-    save_file(state, str(tmp_out), metadata=meta)
-    os.chmod(tmp_out, 0o644)
-    os.replace(tmp_out, args.output)
+    with atomic_file(args.output) as tmp_out:
+        save_file(state, str(tmp_out), metadata=meta)
+        os.chmod(tmp_out, 0o644)
     shipped = create_vit(cfg.model_copy(update={"checkpoint": str(args.output)}))
     val_top1, val_top5 = accuracy(shipped, x_val, y_val)
     size_mb = args.output.stat().st_size / 1e6

@@ -46,12 +46,21 @@ def export_config(stem: str, out, **overrides):
     return out
 
 
+def tome_model(vit, r_spec, prop_attn: bool = True):
+    """ToMe on ``vit`` at ``r_spec`` (int, per-block list or (r, inflection)): the reference most tests use."""
+    from deploytk.merging.merged_vit import build_merged
+    from deploytk.methods import get_method
+
+    method = get_method("tome")
+    return build_merged(method, vit, r_spec, prop_attn, method.parse_options({}))
+
+
 def has_gpu() -> bool:
     return torch.cuda.is_available()
 
 
 def pytest_collection_modifyitems(config, items):
-    from deploytk.backends.trt import tensorrt_version
+    from deploytk.optional import tensorrt_version
 
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU; none is visible to torch on this machine")
     skip_trt = pytest.mark.skip(reason="needs TensorRT (libnvinfer), which is not installed here")

@@ -1,1 +1,1 @@
-"""Static analysis of a reference model: token schedule and FLOPs."""
+"""Static analysis of a reference model: FLOPs (fvcore convention) and `deploytk inspect` (schedule, options, FLOPs)."""

@@ -1,10 +1,23 @@
-"""ONNX Runtime sessions for deploytk models (the custom ops run through their local functions)."""
+"""ONNX Runtime, on CPU (``ort``) or CUDA (``ort-cuda``): the deploytk ops run through their local functions.
+
+Its rules: the CUDA provider runs fp32 graphs without TF32; the CPU provider has no bf16
+kernels, so a bf16 graph is emulated for outputs (``bf16_emulation``) and refused for latency.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import onnx
+import onnxruntime as ort
+
+from deploytk.backends.base import Backend, LoadedModel, host_timer, seeded_batch
+from deploytk.backends.bf16_emulation import EMULATION_NOTE, emulate_bf16
 from deploytk.errors import DeploytkError
+from deploytk.export.artifacts import Artifact
+from deploytk.export.baseline import baseline_onnx
+from deploytk.export.onnx_export import INPUT_NAME
+from deploytk.progress import SILENT, Progress
 
 #: ONNX Runtime's CUDA provider runs fp32 MatMul/Conv in TF32 by default (10-bit mantissa), far
 #: outside fp32's validation tolerances; fp32 graphs are meant to be fp32 (export fp16/bf16 for
@@ -14,8 +27,6 @@ CUDA_PROVIDER_OPTIONS = {"use_tf32": "0"}
 
 def ort_providers(backend: str = "ort") -> list:
     """Execution providers for a session: CPU, or CUDA (TF32 off) with the CPU fallback."""
-    import onnxruntime as ort
-
     available = ort.get_available_providers()
     if backend == "ort-cuda":
         if "CUDAExecutionProvider" not in available:
@@ -35,11 +46,55 @@ def ort_session(path: Path | bytes, backend: str = "ort", spinning: bool = True)
     alternately (profiling), one session's spinning threads would otherwise steal cores
     from the other.
     """
-    import onnxruntime as ort
-
     options = ort.SessionOptions()
     if not spinning:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.log_severity_level = 3
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     return ort.InferenceSession(path if isinstance(path, bytes) else str(path), options, providers=ort_providers(backend))
+
+
+class OrtModel(LoadedModel):
+    def __init__(self, session, img_size, emulation: str | None = None):
+        self.session = session
+        self.img_size = tuple(img_size)
+        self.emulation = emulation
+        self.output_names = [o.name for o in session.get_outputs()]
+
+    def run(self, batch):
+        return dict(zip(self.output_names, self.session.run(None, {INPUT_NAME: batch}), strict=True))
+
+    def timer(self, batch_size):
+        return host_timer(lambda x: self.session.run(None, {INPUT_NAME: x}), seeded_batch(batch_size, self.img_size))
+
+
+class OrtBackend(Backend):
+    def __init__(self, name: str):
+        self.name = name  # "ort" (CPU provider) or "ort-cuda" (CUDA provider, CPU fallback)
+
+    def device(self) -> str:
+        return "cuda" if self.name == "ort-cuda" else "cpu"
+
+    def graph(self, artifact: Artifact) -> tuple[onnx.ModelProto, str | None]:
+        proto = onnx.load(str(artifact.onnx_path))
+        if self.device() == "cpu" and artifact.precision == "bf16":  # the CPU provider has no bf16 kernels
+            return emulate_bf16(proto), EMULATION_NOTE
+        return proto, None
+
+    def load(self, artifact, batch_sizes, graph=None, progress: Progress = SILENT) -> OrtModel:
+        emulation = None
+        if graph is None:
+            graph, emulation = self.graph(artifact)
+        return OrtModel(ort_session(graph.SerializeToString(), self.name), artifact.img_size, emulation)
+
+    def load_for_timing(self, artifact, batch_sizes, progress: Progress = SILENT) -> tuple[OrtModel, OrtModel]:
+        if self.device() == "cpu" and artifact.precision == "bf16":
+            raise DeploytkError(
+                f"{artifact.directory} is a bf16 graph, and ONNX Runtime's CPU provider has no bf16 kernels: its latency cannot be "
+                "measured here.",
+                hint="Profile it with --backend trt or --backend ort-cuda on a GPU, or export with --precision fp16/fp32 for CPU.",
+            )
+        progress.step("exporting the unmerged baseline (cached after the first run)")
+        dense_path = baseline_onnx(artifact)
+        sessions = [ort_session(path, self.name, spinning=False) for path in (artifact.onnx_path, dense_path)]
+        return OrtModel(sessions[0], artifact.img_size), OrtModel(sessions[1], artifact.img_size)

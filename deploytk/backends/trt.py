@@ -1,39 +1,33 @@
-"""TensorRT at run time: availability guard, engine checks, Polygraphy runner, CUDA-event timing.
+"""TensorRT at run time: engine checks, Polygraphy's runner for outputs, CUDA-event timing.
+
+Runs the engines ``deploytk build`` wrote (``model.engine`` and, for profile, ``baseline.engine``)
+after checking ``engine.json``: an engine built from another ONNX file, with another TensorRT or
+for another GPU, or a batch outside its profile, is refused with the reason before any work.
 
 Written against TensorRT's Python API (10.9+ and 11.x) and NOT RUN here (TensorRT cannot be
 installed where deploytk is built; see the README's "verified on"). API used:
 ``trt.Runtime.deserialize_cuda_engine``, ``ICudaEngine.num_io_tensors`` /
-``get_tensor_name`` / ``get_tensor_mode`` / ``get_tensor_dtype`` /
-``get_tensor_profile_shape``, ``ICudaEngine.create_execution_context``,
-``IExecutionContext.set_input_shape`` / ``get_tensor_shape`` / ``set_tensor_address`` /
-``execute_async_v3(stream_handle)``; Polygraphy's ``EngineFromBytes`` and ``TrtRunner``.
-Everything that needs no libnvinfer (the checks, the statistics) is tested.
+``get_tensor_name`` / ``get_tensor_mode`` / ``get_tensor_dtype``,
+``ICudaEngine.create_execution_context``, ``IExecutionContext.set_input_shape`` /
+``get_tensor_shape`` / ``set_tensor_address`` / ``execute_async_v3(stream_handle)``;
+Polygraphy's ``EngineFromBytes`` and ``TrtRunner``. Everything that needs no libnvinfer (the
+checks) is tested.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
+from deploytk.backends.base import Backend, LoadedModel
+from deploytk.backends.engine_manifest import BASELINE_ENGINE_FILE, ENGINE_FILE, check_engine, gpu_identity, read_engine_manifest
 from deploytk.errors import DeploytkError
-
-INSTALL_HINT = (
-    "Install TensorRT >= 10.9 for your CUDA version (e.g. `pip install tensorrt-cu12` or NVIDIA's "
-    "packages) on a machine with an NVIDIA GPU, then check with `deploytk doctor`."
-)
-
-
-def tensorrt_version() -> str | None:
-    """TensorRT's version if its Python bindings and libnvinfer load, else None."""
-    try:
-        import tensorrt  # noqa: F401
-    except Exception:
-        return None
-    return getattr(tensorrt, "__version__", "unknown")
-
-
-def require_tensorrt(what: str) -> None:
-    if tensorrt_version() is None:
-        raise DeploytkError(f"{what} needs TensorRT, which is not installed or cannot load here.", hint=INSTALL_HINT)
+from deploytk.export.artifacts import Artifact
+from deploytk.export.manifest import sha256_file
+from deploytk.export.onnx_export import INPUT_NAME
+from deploytk.optional import require_tensorrt
+from deploytk.progress import SILENT, Progress
 
 
 def check_batch_sizes(engine_manifest: dict, batch_sizes: list[int], what: str) -> None:
@@ -48,28 +42,19 @@ def check_batch_sizes(engine_manifest: dict, batch_sizes: list[int], what: str) 
         )
 
 
-def checked_engine_manifest(directory: Path, what: str) -> dict:
+def checked_engine_manifest(artifact: Artifact, what: str) -> dict:
     """engine.json after checking the engines were built from this ONNX, with this TensorRT, for this GPU."""
-    from deploytk.build.builder import gpu_identity
-    from deploytk.build.engine_manifest import check_engine, read_engine_manifest
-    from deploytk.export.artifacts import MODEL_FILE
-    from deploytk.export.manifest import sha256_file
-
     require_tensorrt(what)
-    import tensorrt as trt
+    import tensorrt as trt  # optional: guarded above
 
-    manifest = read_engine_manifest(directory)
+    manifest = read_engine_manifest(artifact.directory)
     gpu, capability = gpu_identity()
-    check_engine(
-        manifest, onnx_sha256=sha256_file(Path(directory) / MODEL_FILE), tensorrt=trt.__version__, compute_capability=capability, gpu=gpu
-    )
+    check_engine(manifest, onnx_sha256=sha256_file(artifact.onnx_path), tensorrt=trt.__version__, compute_capability=capability, gpu=gpu)
     return manifest
 
 
 def read_engine(directory: Path, what: str, baseline: bool = False) -> bytes:
     """The serialized engine (``baseline``: the unmerged one built alongside unless --no-baseline)."""
-    from deploytk.build.engine_manifest import BASELINE_ENGINE_FILE, ENGINE_FILE
-
     path = Path(directory) / (BASELINE_ENGINE_FILE if baseline else ENGINE_FILE)
     if not path.is_file():
         raise DeploytkError(
@@ -79,11 +64,54 @@ def read_engine(directory: Path, what: str, baseline: bool = False) -> bytes:
     return path.read_bytes()
 
 
-def polygraphy_runner(engine: bytes, name: str = "tensorrt"):
-    """Polygraphy's TrtRunner over a (checked) engine (deploytk graphs have fp32 I/O, so NumPy feeds work in every precision)."""
-    from polygraphy.backend.trt import EngineFromBytes, TrtRunner
+class TrtModel(LoadedModel):
+    """One engine: outputs through Polygraphy's TrtRunner, latency through ``EngineTimer``."""
 
-    return TrtRunner(EngineFromBytes(engine), name=name)
+    def __init__(self, engine: bytes, img_size):
+        self.engine = engine
+        self.img_size = tuple(img_size)
+        self._runner = None
+        self._timer = None
+
+    def activate(self):
+        from polygraphy.backend.trt import EngineFromBytes, TrtRunner  # imports tensorrt (optional)
+
+        self._runner = TrtRunner(EngineFromBytes(self.engine), name="tensorrt")
+        self._runner.activate()
+
+    def deactivate(self):
+        if self._runner is not None:
+            self._runner.deactivate()
+            self._runner = None
+
+    def run(self, batch):
+        return dict(self._runner.infer({INPUT_NAME: batch}))
+
+    def timer(self, batch_size):
+        if self._timer is None:
+            self._timer = EngineTimer(self.engine, INPUT_NAME)
+        self._timer.prepare(batch_size, (3, *self.img_size))
+        return self._timer.time_once
+
+
+class TrtBackend(Backend):
+    name = "trt"
+    timing = "CUDA events around execute_async_v3 (CUDA graph when capturable)"
+    runs_onnx = False
+
+    def device(self) -> str:
+        return "cuda"
+
+    def load(self, artifact, batch_sizes, graph=None, progress: Progress = SILENT) -> TrtModel:
+        what = "validate --backend trt"
+        check_batch_sizes(checked_engine_manifest(artifact, what), batch_sizes, what)  # refuse a stale engine before any work
+        return TrtModel(read_engine(artifact.directory, what), artifact.img_size)
+
+    def load_for_timing(self, artifact, batch_sizes, progress: Progress = SILENT) -> tuple[TrtModel, TrtModel]:
+        what = "profile --backend trt"
+        check_batch_sizes(checked_engine_manifest(artifact, what), batch_sizes, what)
+        progress.step("loading the TensorRT engines")
+        return tuple(TrtModel(read_engine(artifact.directory, what, baseline), artifact.img_size) for baseline in (False, True))
 
 
 class EngineTimer:
@@ -95,10 +123,8 @@ class EngineTimer:
     """
 
     def __init__(self, engine_bytes: bytes, input_name: str):
-        import tensorrt as trt
-        import torch
+        import tensorrt as trt  # optional: only reached after require_tensorrt
 
-        self._torch = torch
         self.runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
         self.engine = self.runtime.deserialize_cuda_engine(engine_bytes)
         if self.engine is None:
@@ -124,7 +150,6 @@ class EngineTimer:
         self.cuda_graph = False
 
     def prepare(self, batch: int, image_shape: tuple[int, int, int]) -> None:
-        torch = self._torch
         if not self.context.set_input_shape(self.input_name, (batch, *image_shape)):
             raise DeploytkError(f"TensorRT refused input shape {(batch, *image_shape)} (outside the engine's optimization profile?).")
         self.buffers = {}
@@ -157,7 +182,6 @@ class EngineTimer:
 
     def time_once(self) -> float:
         """Seconds of one inference on the GPU (CUDA events on the engine's stream)."""
-        torch = self._torch
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         with torch.cuda.stream(self.stream):
             start.record(self.stream)

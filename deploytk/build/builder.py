@@ -19,25 +19,20 @@ import time
 from pathlib import Path
 
 import onnx
+from deploytk_plugins.tensorrt_plugins import PLUGIN_OPS, register_plugins
 from onnx import helper
 
-from deploytk.build.engine_manifest import BASELINE_ENGINE_FILE, ENGINE_FILE, ENGINE_MANIFEST_FILE, engine_manifest
+from deploytk.backends.engine_manifest import BASELINE_ENGINE_FILE, ENGINE_FILE, ENGINE_MANIFEST_FILE, engine_manifest, gpu_identity
 from deploytk.build.graph import check_tensorrt_supports, prepare_for_build
 from deploytk.build.options import BuildOptions
 from deploytk.errors import DeploytkError
-from deploytk.export.artifacts import MODEL_FILE, require_artifact_dir
-from deploytk.export.manifest import now_utc, read_manifest, sha256_file
+from deploytk.export.artifacts import MODEL_FILE, Artifact, require_artifact_dir
+from deploytk.export.baseline import baseline_onnx
+from deploytk.export.manifest import now_utc, sha256_file
 from deploytk.export.onnx_export import INPUT_NAME
-
-
-def gpu_identity() -> tuple[str, str]:
-    """(GPU name, compute capability 'major.minor') of device 0."""
-    import torch
-
-    if not torch.cuda.is_available():
-        raise DeploytkError("building a TensorRT engine needs an NVIDIA GPU, and CUDA reports none here.")
-    major, minor = torch.cuda.get_device_capability(0)
-    return torch.cuda.get_device_name(0), f"{major}.{minor}"
+from deploytk.files import write_atomically
+from deploytk.optional import require_tensorrt
+from deploytk.progress import SILENT, Progress
 
 
 def _force_aot(model: onnx.ModelProto, plugin_ops: list[str]) -> None:
@@ -47,59 +42,54 @@ def _force_aot(model: onnx.ModelProto, plugin_ops: list[str]) -> None:
             node.attribute.append(helper.make_attribute("aot", 1))
 
 
-def build_engine(directory: Path, options: BuildOptions, step=lambda message: None) -> dict:
+def build_engine(directory: Path, options: BuildOptions, progress: Progress = SILENT) -> dict:
     """Build DIR/model.engine (+ DIR/baseline.engine) and DIR/engine.json, written only once the engines exist."""
-    from deploytk.backends.trt import require_tensorrt
-
-    directory = require_artifact_dir(Path(directory))
+    require_artifact_dir(Path(directory))
     require_tensorrt("deploytk build")
-    import tensorrt as trt
+    import tensorrt as trt  # optional: guarded above
 
-    from plugins.tensorrt_plugins import PLUGIN_OPS, register_plugins
-
-    manifest = read_manifest(directory)  # also checks model.onnx against its sha256
+    artifact = Artifact.open(directory)  # also checks model.onnx against its sha256
+    directory, manifest = artifact.directory, artifact.manifest
     gpu, capability = gpu_identity()
-    exported = onnx.load(str(directory / MODEL_FILE))
+    exported = onnx.load(str(artifact.onnx_path))
     check_tensorrt_supports(exported, options, trt.__version__)
-    step("registering the deploytk plugins")
+    progress.step("registering the deploytk plugins")
     register_plugins()
     model, plugin_ops = prepare_for_build(exported, options, PLUGIN_OPS)
     _force_aot(model, plugin_ops)
 
     logger = trt.Logger(trt.Logger.WARNING)
     shape = manifest["inputs"][0]["shape"]
-    serialized, seconds = _build(trt, logger, model, options, shape, directory / MODEL_FILE, step, "merged model")
+    serialized, seconds = _build(trt, logger, model, options, shape, directory / MODEL_FILE, progress, "merged model")
     baseline = None
     if options.baseline:
-        from deploytk.profile.baseline import baseline_onnx
-
-        step("exporting the unmerged baseline (same weights and precision)")
-        dense_path = baseline_onnx(directory, manifest)
-        dense_bytes, dense_seconds = _build(trt, logger, onnx.load(str(dense_path)), options, shape, dense_path, step, "baseline")
+        progress.step("exporting the unmerged baseline (same weights and precision)")
+        dense_path = baseline_onnx(artifact)
+        dense_bytes, dense_seconds = _build(trt, logger, onnx.load(str(dense_path)), options, shape, dense_path, progress, "baseline")
         baseline = {"file": BASELINE_ENGINE_FILE, "onnx_sha256": sha256_file(dense_path), "build_seconds": round(dense_seconds, 1)}
-        _write_atomically(directory / BASELINE_ENGINE_FILE, dense_bytes)
+        write_atomically(directory / BASELINE_ENGINE_FILE, dense_bytes)
     record = engine_manifest(
         onnx_sha256=sha256_file(directory / MODEL_FILE),
         tensorrt=trt.__version__,
         gpu=gpu,
         compute_capability=capability,
-        options=options,
+        options=options.model_dump(mode="json"),
         plugin_ops=plugin_ops,
         build_seconds=seconds,
         created=now_utc(),
         baseline=baseline,
     )
-    _write_atomically(directory / ENGINE_FILE, serialized)
-    _write_atomically(directory / ENGINE_MANIFEST_FILE, (json.dumps(record, indent=2) + "\n").encode())
+    write_atomically(directory / ENGINE_FILE, serialized)
+    write_atomically(directory / ENGINE_MANIFEST_FILE, json.dumps(record, indent=2) + "\n")
     return record
 
 
-def _build(trt, logger, model: onnx.ModelProto, options: BuildOptions, input_shape, source: Path, step, what: str):
+def _build(trt, logger, model: onnx.ModelProto, options: BuildOptions, input_shape, source: Path, progress: Progress, what: str):
     """Parse ``model`` into a strongly typed network and build it: (serialized engine, seconds)."""
     builder = trt.Builder(logger)
     network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
     parser = trt.OnnxParser(network, logger)
-    step(f"parsing the ONNX ({what})")
+    progress.step(f"parsing the ONNX ({what})")
     if not parser.parse(model.SerializeToString()):
         errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
         raise DeploytkError(
@@ -117,9 +107,9 @@ def _build(trt, logger, model: onnx.ModelProto, options: BuildOptions, input_sha
     cache_path = Path(options.timing_cache) if options.timing_cache else None
     cache = config.create_timing_cache(cache_path.read_bytes() if cache_path and cache_path.exists() else b"")
     config.set_timing_cache(cache, ignore_mismatch=False)
-    config.progress_monitor = _progress_monitor(trt, step)
+    config.progress_monitor = _progress_monitor(trt, progress)
 
-    step(f"building the {what} engine (minutes)")
+    progress.step(f"building the {what} engine (minutes)")
     t0 = time.perf_counter()
     serialized = builder.build_serialized_network(network, config)
     if serialized is None:
@@ -129,25 +119,19 @@ def _build(trt, logger, model: onnx.ModelProto, options: BuildOptions, input_sha
         )
     seconds = time.perf_counter() - t0
     if cache_path:
-        cache_path.write_bytes(memoryview(config.get_timing_cache().serialize()))
+        write_atomically(cache_path, bytes(memoryview(config.get_timing_cache().serialize())))
     return bytes(serialized), seconds
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".partial")
-    tmp.write_bytes(data)
-    tmp.replace(path)
-
-
-def _progress_monitor(trt, step):
-    """trt.IProgressMonitor reporting build phases through ``step`` (the CLI's progress line)."""
+def _progress_monitor(trt, progress: Progress):
+    """trt.IProgressMonitor reporting build phases through ``progress`` (the CLI's progress line)."""
 
     class Monitor(trt.IProgressMonitor):
         def __init__(self):
             trt.IProgressMonitor.__init__(self)
 
         def phase_start(self, phase_name, parent_phase, num_steps):
-            step(f"TensorRT: {phase_name} ({num_steps} steps)")
+            progress.step(f"TensorRT: {phase_name} ({num_steps} steps)")
 
         def step_complete(self, phase_name, step_index):
             return True  # False would cancel the build

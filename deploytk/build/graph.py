@@ -14,6 +14,7 @@ import onnx
 
 from deploytk.build.options import BuildOptions
 from deploytk.errors import DeploytkError
+from deploytk.export.native_attention import use_native_attention
 from deploytk.ops import DOMAIN, OPS, PLUGIN_ATTRIBUTES
 
 ATTENTION_OP = "ProportionalAttention"
@@ -32,8 +33,6 @@ def _strip_plugin_attributes(node: onnx.NodeProto) -> None:
 
 def prepare_for_build(model: onnx.ModelProto, options: BuildOptions, plugin_ops: tuple[str, ...]) -> tuple[onnx.ModelProto, list[str]]:
     """A copy of ``model`` for TensorRT's parser, and the deploytk op types that will run as plugins."""
-    from deploytk.export.native_attention import use_native_attention
-
     out = onnx.ModelProto()
     out.CopyFrom(model)
     has_attention = any(n.domain == DOMAIN and n.op_type == ATTENTION_OP for n in out.graph.node)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from deploytk.errors import DeploytkError
 
@@ -62,8 +62,6 @@ def parse_batch(spec: str) -> tuple[int, int, int]:
 
 def build_options(batch: str = "1,8,64", **kwargs) -> BuildOptions:
     """BuildOptions from CLI values, with pydantic's complaint turned into one deploytk error."""
-    from pydantic import ValidationError
-
     try:
         return BuildOptions(batch=parse_batch(batch), **kwargs)
     except ValidationError as err:

@@ -20,15 +20,22 @@ import os
 import platform
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 
+from deploytk.backends import DEFAULT_BACKEND, Backend, get_backend
 from deploytk.config import DeployConfig, config_from_dict
 from deploytk.data import IMAGE_SUFFIXES, load_images, model_input_size, timm_eval_transform
 from deploytk.errors import DeploytkError
+from deploytk.export.artifacts import Artifact
+from deploytk.export.manifest import sha256_file
+from deploytk.export.onnx_export import OUTPUT_NAME
+from deploytk.export.pipeline import run_export
+from deploytk.models import build_reference, create_vit
+from deploytk.progress import SILENT, Progress
 
 TOPK = 5
 
@@ -82,7 +89,7 @@ def scan_image_folder(root: Path, limit: int | None = None) -> ImageFolder:
             f"data directory {root} has {len(classes)} class subfolder(s) but no images in them "
             f"(--data; looked for {', '.join(sorted(IMAGE_SUFFIXES))})."
         )
-    empty = [c for c, files in zip(classes, per_class) if not files]
+    empty = [c for c, files in zip(classes, per_class, strict=True) if not files]
     if empty:
         raise DeploytkError(
             f"class folder(s) {', '.join(repr(c) for c in empty[:5])} in {root} hold no images (--data); "
@@ -104,11 +111,7 @@ def _normalised(cfg: DeployConfig) -> dict:
 
 def check_artifacts_match(directory: Path, cfg: DeployConfig, config_name: str, img_size) -> dict:
     """The manifest of ``directory`` if it was exported from the same model/method/r/weights as ``cfg``."""
-    from deploytk.export.artifacts import require_artifact_dir
-    from deploytk.export.manifest import read_manifest, sha256_file
-
-    directory = require_artifact_dir(directory)
-    manifest = read_manifest(directory)  # also checks model.onnx against its sha256
+    manifest = Artifact.open(directory).manifest  # also checks model.onnx against its sha256
     exported = config_from_dict(manifest.get("config", {}), f"{directory}/manifest.json")
     want, have = _normalised(cfg), _normalised(exported)
     problems = [f"`{k}` is {have.get(k)!r} there but {want[k]!r} in {config_name}" for k in want if want[k] != have.get(k)]
@@ -127,7 +130,8 @@ def check_artifacts_match(directory: Path, cfg: DeployConfig, config_name: str, 
     if problems:
         raise DeploytkError(
             f"--artifacts {directory} was not exported from {config_name}: " + "; ".join(problems) + ".",
-            hint=f"Re-export with `deploytk export {config_name} --output {directory}`, or omit --artifacts to export to a temporary directory.",
+            hint=f"Re-export with `deploytk export {config_name} --output {directory}`, "
+            "or omit --artifacts to export to a temporary directory.",
         )
     return manifest
 
@@ -139,35 +143,8 @@ def _topk_correct(logits: np.ndarray, labels: np.ndarray, k: int) -> tuple[int, 
     return int((top1 == labels).sum()), int((topk == labels[:, None]).any(-1).sum()), top1
 
 
-@contextlib.contextmanager
-def _progress_bar(console):
-    """A rich progress bar on ``console`` (stderr); yields (set_step, set_total, advance)."""
-    if console is None:
-        yield (lambda msg: None), (lambda total, msg: None), (lambda: None)
-        return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("[cyan]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as bar:
-        task = bar.add_task("starting", total=None)
-        yield (
-            lambda msg: bar.update(task, description=f"{msg}..."),
-            lambda total, msg: bar.reset(task, total=total, description=msg),
-            lambda: bar.advance(task),
-        )
-
-
 def device_info() -> dict:
     """CPU model, core counts and thread settings (and the GPU, if torch sees one)."""
-    import torch
-
     cpu = platform.processor() or platform.machine()
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -191,74 +168,51 @@ def evaluate(
     batch_size: int = 64,
     limit: int | None = None,
     config_name: str = "the config",
-    step: Callable[[str], None] | None = None,
-    console=None,
+    backend: str | Backend = DEFAULT_BACKEND,
+    progress: Progress = SILENT,
 ) -> dict:
-    """Top-1/top-k of dense, reference and ORT on the ImageFolder ``data``; see the module doc.
+    """Top-1/top-k of dense, reference and the exported model on ``backend`` on the ImageFolder ``data``; see the module doc.
 
     All input checks (data tree, limit, batch size, artifacts vs config, class count) run
-    before anything is exported; a temporary export is removed even on failure.
+    before anything is exported; a temporary export is removed even on failure. The report
+    keeps the key ``ort`` for the exported model's accuracy (its first backend).
     """
-    import torch
-
-    from deploytk.backends.ort import ort_session
-    from deploytk.export.artifacts import MODEL_FILE
-    from deploytk.export.onnx_export import INPUT_NAME, OUTPUT_NAME
-    from deploytk.export.pipeline import run_export
-    from deploytk.models import build_reference, create_vit
-
     if batch_size < 1:
         raise DeploytkError(f"--batch-size {batch_size}: must be an int >= 1.")
+    backend = get_backend(backend, validating=True) if isinstance(backend, str) else backend
     folder = scan_image_folder(data, limit)
     t_start = time.perf_counter()
-    with _progress_bar(console) as (set_step, set_total, advance):
-        report_step = (lambda msg: (set_step(msg), step(msg))) if step else set_step
-        report_step("building the unmerged model")
-        dense = create_vit(cfg)
-        img = model_input_size(dense)
-        num_classes = int(dense.num_classes)
-        if len(folder.classes) != num_classes:
-            hint = ""
-            if {"train", "val"} & set(folder.classes):
-                hint = f" {folder.root} looks like a dataset root: pass its split, e.g. --data {folder.root / 'val'}."
-            raise DeploytkError(
-                f"data directory {folder.root} has {len(folder.classes)} class folder(s) "
-                f"({', '.join(folder.classes[:12])}{', ...' if len(folder.classes) > 12 else ''}) but model "
-                f"{cfg.model} has num_classes={num_classes} (--data / `model_kwargs.num_classes`); they must be equal." + hint
-            )
-        manifest = check_artifacts_match(artifacts, cfg, config_name, img) if artifacts is not None else None
-        report_step("building the merged reference")
-        reference = build_reference(cfg)
-        transform = timm_eval_transform(dense)
-        k = min(TOPK, num_classes)
-        files = [f for f, _ in folder.samples]
-        labels = np.array([c for _, c in folder.samples], dtype=np.int64)
-        correct = {name: [0, 0] for name in ("dense", "reference", "ort")}
-        seconds = {"preprocess": 0.0, "dense": 0.0, "reference": 0.0, "ort": 0.0, "export": 0.0}
-        agree_ort_ref = agree_ref_dense = 0
+    progress.step("building the unmerged model")
+    dense = create_vit(cfg)
+    img = model_input_size(dense)
+    num_classes = int(dense.num_classes)
+    _check_classes(folder, num_classes, cfg)
+    manifest = check_artifacts_match(artifacts, cfg, config_name, img) if artifacts is not None else None
+    progress.step("building the merged reference")
+    reference = build_reference(cfg)
+    transform = timm_eval_transform(dense)
+    k = min(TOPK, num_classes)
+    files = [f for f, _ in folder.samples]
+    labels = np.array([c for _, c in folder.samples], dtype=np.int64)
+    correct = {name: [0, 0] for name in ("dense", "reference", "ort")}
+    seconds = {"preprocess": 0.0, "dense": 0.0, "reference": 0.0, "ort": 0.0, "export": 0.0}
+    agree_ort_ref = agree_ref_dense = 0
 
-        temporary = tempfile.TemporaryDirectory(prefix="deploytk-eval-") if manifest is None else contextlib.nullcontext()
-        with temporary as tmp:
-            if manifest is None:
-                report_step("exporting to a temporary directory")
-                t0 = time.perf_counter()
-                out = Path(tmp) / "artifact"
-                manifest = run_export(cfg, out, report_step)
-                seconds["export"] = time.perf_counter() - t0
-                onnx_path = out / MODEL_FILE
-            else:
-                onnx_path = Path(artifacts) / MODEL_FILE
-            emulation = None
-            if cfg.export.precision == "bf16":  # ONNX Runtime's CPU provider has no bf16 kernels
-                import onnx
-
-                from deploytk.backends.bf16_emulation import EMULATION_NOTE, emulate_bf16
-
-                session, emulation = ort_session(emulate_bf16(onnx.load(str(onnx_path))).SerializeToString()), EMULATION_NOTE
-            else:
-                session = ort_session(onnx_path)
-            starts = range(0, len(files), batch_size)
-            set_total(len(starts), f"evaluating {len(files)} images")
+    temporary = tempfile.TemporaryDirectory(prefix="deploytk-eval-") if manifest is None else contextlib.nullcontext()
+    with temporary as tmp:
+        if manifest is None:
+            progress.step("exporting to a temporary directory")
+            t0 = time.perf_counter()
+            directory = Path(tmp) / "artifact"
+            manifest = run_export(cfg, directory, progress)
+            seconds["export"] = time.perf_counter() - t0
+        else:
+            directory = Path(artifacts)
+        starts = range(0, len(files), batch_size)
+        exported = backend.load(Artifact.open(directory, verify=False), sorted({len(files[b : b + batch_size]) for b in starts}))
+        progress.start(len(starts), f"evaluating {len(files)} images")
+        exported.activate()
+        try:
             with torch.inference_mode():
                 for start in starts:
                     t0 = time.perf_counter()
@@ -269,7 +223,7 @@ def evaluate(
                     t2 = time.perf_counter()
                     logits["reference"] = reference(torch.from_numpy(x)).float().numpy()
                     t3 = time.perf_counter()
-                    logits["ort"] = session.run([OUTPUT_NAME], {INPUT_NAME: x})[0]
+                    logits["ort"] = exported.run(x)[OUTPUT_NAME]
                     t4 = time.perf_counter()
                     for name, dt in (("preprocess", t1 - t0), ("dense", t2 - t1), ("reference", t3 - t2), ("ort", t4 - t3)):
                         seconds[name] += dt
@@ -280,7 +234,9 @@ def evaluate(
                         correct[name][1] += ck
                     agree_ort_ref += int((preds["ort"] == preds["reference"]).sum())
                     agree_ref_dense += int((preds["reference"] == preds["dense"]).sum())
-                    advance()
+                    progress.advance()
+        finally:
+            exported.deactivate()
 
     n = len(files)
     return {
@@ -293,7 +249,8 @@ def evaluate(
         "prop_attn": cfg.merge.prop_attn,
         "merge": cfg.merge.model_dump(mode="json"),
         "precision": cfg.export.precision,
-        "ort_emulation": emulation,
+        "backend": backend.name,
+        "ort_emulation": exported.emulation,
         "img_size": list(img),
         "data": str(folder.root),
         "num_images": n,
@@ -314,3 +271,15 @@ def evaluate(
         "artifacts": str(artifacts) if artifacts is not None else None,
         "seconds": {key: round(v, 3) for key, v in seconds.items()} | {"total": round(time.perf_counter() - t_start, 3)},
     }
+
+
+def _check_classes(folder: ImageFolder, num_classes: int, cfg: DeployConfig) -> None:
+    if len(folder.classes) != num_classes:
+        hint = ""
+        if {"train", "val"} & set(folder.classes):
+            hint = f" {folder.root} looks like a dataset root: pass its split, e.g. --data {folder.root / 'val'}."
+        shown = ", ".join(folder.classes[:12]) + (", ..." if len(folder.classes) > 12 else "")
+        raise DeploytkError(
+            f"data directory {folder.root} has {len(folder.classes)} class folder(s) ({shown}) but model "
+            f"{cfg.model} has num_classes={num_classes} (--data / `model_kwargs.num_classes`); they must be equal." + hint
+        )

@@ -13,9 +13,12 @@ import json
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
 
 from deploytk.errors import DeploytkError
-from deploytk.export.artifacts import atomic_directory
+from deploytk.files import atomic_directory
 
 SPLIT_SEED = 0
 VAL_FRACTION = 0.25
@@ -24,9 +27,6 @@ MARKER = "DIGITS.json"
 
 def digits_split() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(images [N, 8, 8] in 0..16, labels [N], train indices, val indices): the fixed split."""
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-
     digits = load_digits()
     index = np.arange(len(digits.target))
     train, val = train_test_split(index, test_size=VAL_FRACTION, random_state=SPLIT_SEED, stratify=digits.target)
@@ -35,8 +35,6 @@ def digits_split() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 
 def digit_to_image(pixels: np.ndarray, img_size: int):
     """One 8x8 digit (0..16) as an RGB PIL image of img_size x img_size (bicubic upsampling)."""
-    from PIL import Image
-
     gray = np.clip(np.rint(pixels * (255.0 / 16.0)), 0, 255).astype(np.uint8)
     img = Image.fromarray(gray)  # uint8 2-D: mode "L"
     if img_size != gray.shape[0]:

@@ -1,36 +1,19 @@
-"""Artifact directories are written atomically: build in a temp dir, then rename into place."""
+"""An artifact directory: ``model.onnx`` and ``manifest.json`` (everything needed to rebuild the reference
+and to trust the ONNX file) of one export, opened and checked once."""
 
 from __future__ import annotations
 
-import contextlib
-import shutil
-import tempfile
+import json
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
+from deploytk.config import DeployConfig, config_from_dict
 from deploytk.errors import DeploytkError
+from deploytk.export.manifest import sha256_file
 
 MODEL_FILE = "model.onnx"
 MANIFEST_FILE = "manifest.json"
-
-
-@contextlib.contextmanager
-def atomic_directory(target: Path):
-    """Yield a temp dir next to ``target``; on success it replaces ``target``, on failure it is removed."""
-    target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    try:
-        yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    old = None
-    if target.exists():
-        old = target.with_name(f".{target.name}.old-{tmp.name.rsplit('-', 1)[-1]}")
-        target.rename(old)
-    tmp.rename(target)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def require_artifact_dir(directory: Path) -> Path:
@@ -48,3 +31,51 @@ def require_artifact_dir(directory: Path) -> Path:
                 hint="Re-run `deploytk export` to write model.onnx and manifest.json there.",
             )
     return directory
+
+
+def read_manifest(directory: Path, verify_model: bool = True) -> dict:
+    path = Path(directory) / MANIFEST_FILE
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise DeploytkError(f"{path} could not be read as JSON ({err}).", hint="Re-run `deploytk export`.") from None
+    if verify_model:
+        actual = sha256_file(Path(directory) / MODEL_FILE)
+        expected = manifest.get("onnx", {}).get("sha256")
+        if actual != expected:
+            raise DeploytkError(
+                f"{Path(directory) / MODEL_FILE} does not match its manifest (sha256 {actual[:12]}... vs "
+                f"{str(expected)[:12]}...): the file was changed after export.",
+                hint="Re-run `deploytk export` to regenerate both.",
+            )
+    return manifest
+
+
+@dataclass
+class Artifact:
+    """What every command that reads an export needs: its files, its manifest, its config."""
+
+    directory: Path
+    manifest: dict
+
+    @classmethod
+    def open(cls, directory: Path, verify: bool = True) -> Artifact:
+        """Check ``directory`` is an export and read its manifest (``verify``: model.onnx must match its sha256)."""
+        directory = require_artifact_dir(directory)
+        return cls(directory, read_manifest(directory, verify_model=verify))
+
+    @cached_property
+    def config(self) -> DeployConfig:
+        return config_from_dict(self.manifest["config"], f"{self.directory}/manifest.json")
+
+    @property
+    def onnx_path(self) -> Path:
+        return self.directory / MODEL_FILE
+
+    @property
+    def img_size(self) -> tuple[int, int]:
+        return tuple(self.manifest["model"]["img_size"])
+
+    @property
+    def precision(self) -> str:
+        return self.manifest["config"].get("export", {}).get("precision", "fp32")

@@ -116,10 +116,10 @@ def use_native_attention(model: onnx.ModelProto, *, expand_mask: bool = True, so
         q_is_fp32 = elem_types.get(q) == TensorProto.FLOAT
         size_is_fp32 = elem_types.get(size) == TensorProto.FLOAT
 
-        def tmp(suffix: str) -> str:
+        def tmp(suffix: str, base: str = base) -> str:
             return names.fresh(f"{base}/native_{suffix}")
 
-        def add(op_type: str, inputs: list[str], suffix: str, **kwargs) -> str:
+        def add(op_type: str, inputs: list[str], suffix: str, base: str = base, **kwargs) -> str:
             result = tmp(suffix)
             new_nodes.append(helper.make_node(op_type, inputs, [result], name=names.fresh_node(f"{base}/native_{suffix}"), **kwargs))
             return result

@@ -17,8 +17,11 @@ from collections import Counter
 from pathlib import Path
 
 import onnx
+import onnxscript.optimizer
 import torch
+from onnx_ir import serde
 from torch import nn
+from torch.onnx._internal._lazy_import import onnxscript_apis
 
 from deploytk.errors import DeploytkError
 from deploytk.ops import DOMAIN, DOMAIN_VERSION, OPS, PLUGIN_ATTRIBUTES, custom_translation_table
@@ -38,8 +41,6 @@ def _keep_local_functions():
     nodes. The exporter builds the graph at the requested opset (>= 18), so the
     conversion has nothing to do; we skip it only in exactly that case.
     """
-    from torch.onnx._internal._lazy_import import onnxscript_apis
-
     original = onnxscript_apis.convert_version
 
     def convert_unless_same(model, target_version, *args, **kwargs):
@@ -68,10 +69,11 @@ def _quiet():
 
 
 def export_model(model: nn.Module, img_size: tuple[int, int], batch_size: int, opset: int, path: Path) -> onnx.ModelProto:
-    """Export ``model`` (input [batch, 3, H, W] -> logits) with a symbolic batch dimension."""
-    import onnxscript.optimizer
-    from onnx_ir import serde
+    """Export ``model`` (input [batch, 3, H, W] -> logits) with a symbolic batch dimension.
 
+    The file must hold exactly the deploytk ops the traced model calls (torch.export drops
+    dead ones, such as a last size aggregation nothing reads): one custom node per call.
+    """
     example = torch.randn(batch_size, 3, *img_size, generator=torch.Generator().manual_seed(0))
     batch = torch.export.Dim("batch", min=1, max=65536)
     with _quiet(), _keep_local_functions(), torch.no_grad():
@@ -91,8 +93,18 @@ def export_model(model: nn.Module, img_size: tuple[int, int], batch_size: int, o
         onnxscript.optimizer.optimize_ir(program.model, inline=False)
         proto = serde.serialize_model(program.model)
     proto = finalize(proto)
+    traced = traced_op_counts(program.exported_program.graph)
+    if custom_op_counts(proto) != traced:
+        raise DeploytkError(f"internal: the ONNX file's custom ops {custom_op_counts(proto)} differ from the traced model's {traced}.")
     onnx.save_model(proto, str(path))
     return proto
+
+
+def traced_op_counts(graph) -> dict[str, int]:
+    """deploytk op calls in an exported program's graph, by ONNX op name (ops that do not occur are left out)."""
+    names = {spec.overload: name for name, spec in OPS.items()}
+    counts = Counter(names[n.target] for n in graph.nodes if n.op == "call_function" and n.target in names)
+    return {name: counts[name] for name in OPS if counts.get(name)}
 
 
 def finalize(proto: onnx.ModelProto) -> onnx.ModelProto:

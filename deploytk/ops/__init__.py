@@ -1,77 +1,53 @@
-"""The table of deploytk custom ops: torch op <-> ONNX function (<-> GPU kernel, later).
+"""The deploytk custom ops, one package each (``deploytk/ops/<op>/``), found and listed here.
 
-Importing this package registers the torch ops (``torch.ops.deploytk.*``).
+Importing this package registers every op's torch custom op (``torch.ops.deploytk.*``) and
+makes its Triton kernel the op's CUDA implementation (the kernel module, and Triton, load on
+the first CUDA call). A new op is a new package with a ``SPEC``; nothing here changes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import importlib
+import pkgutil
 
 import torch
-from onnxscript import OnnxFunction
 
-from deploytk.ops._onnx_common import DOMAIN, DOMAIN_VERSION, PLUGIN_ATTRIBUTES
-from deploytk.ops.attention_select import (
-    CrucialMatch,
-    TopKSelect,
-    crucial_match,
-    topk_select,
-    translate_crucial_match,
-    translate_topk_select,
-)
-from deploytk.ops.mctf_match import MctfMatch, mctf_match, translate_mctf_match
-from deploytk.ops.proportional_attention import ProportionalAttention, proportional_attention
-from deploytk.ops.size_split_match import SizeSplitMatch, size_split_match, translate_size_split_match
-from deploytk.ops.token_aggregate import TokenAggregate, token_aggregate, translate_token_aggregate
-from deploytk.ops.tome_match import ToMeMatch, tome_match, translate_tome_match
+from deploytk.ops.onnx_common import DOMAIN, DOMAIN_VERSION, PLUGIN_ATTRIBUTES
+from deploytk.ops.spec import OpSpec
 
 
-@dataclass(frozen=True)
-class CustomOp:
-    """One deploytk op: its torch op (reference + what the exporter traces) and ONNX function."""
-
-    onnx_name: str
-    torch_name: str
-    torch_op: object
-    onnx_function: OnnxFunction
-    #: what torch.onnx calls for the torch op (the function itself unless attributes need deriving)
-    translation: object = None
-    #: a matching/selection op: a discrete choice whose output ``dest`` feeds TokenAggregate
-    matching: bool = False
-
-    @property
-    def overload(self):
-        """The ``torch.ops.deploytk.<name>.default`` overload that export graphs contain."""
-        return getattr(torch.ops.deploytk, self.torch_name).default
+def _discover() -> dict[str, OpSpec]:
+    specs = []
+    for info in pkgutil.iter_modules(__path__):
+        if info.ispkg:  # one package per op; plain modules here are shared helpers
+            specs.append(importlib.import_module(f"{__name__}.{info.name}").SPEC)
+    return {spec.name: spec for spec in sorted(specs, key=lambda s: s.name)}
 
 
-OPS: dict[str, CustomOp] = {
-    "ToMeMatch": CustomOp("ToMeMatch", "tome_match", tome_match, ToMeMatch, translate_tome_match, matching=True),
-    "ProportionalAttention": CustomOp("ProportionalAttention", "proportional_attention", proportional_attention, ProportionalAttention),
-    "TokenAggregate": CustomOp("TokenAggregate", "token_aggregate", token_aggregate, TokenAggregate, translate_token_aggregate),
-    "MctfMatch": CustomOp("MctfMatch", "mctf_match", mctf_match, MctfMatch, translate_mctf_match, matching=True),
-    "SizeSplitMatch": CustomOp(
-        "SizeSplitMatch", "size_split_match", size_split_match, SizeSplitMatch, translate_size_split_match, matching=True
-    ),
-    "TopKSelect": CustomOp("TopKSelect", "topk_select", topk_select, TopKSelect, translate_topk_select, matching=True),
-    "CrucialMatch": CustomOp("CrucialMatch", "crucial_match", crucial_match, CrucialMatch, translate_crucial_match, matching=True),
-}
-
-
-MATCHING_OPS = frozenset(name for name, op in OPS.items() if op.matching)
+#: ONNX op type -> spec, for every deploytk op
+OPS: dict[str, OpSpec] = _discover()
+#: the ops that make a discrete choice (``dest``) which the validator diagnoses at near-ties
+MATCHING_OPS = frozenset(name for name, spec in OPS.items() if spec.matching)
 
 
 def custom_translation_table() -> dict:
-    """Map each torch custom op overload to its ONNX function for ``torch.onnx.export``."""
-    return {o.overload: o.translation or o.onnx_function for o in OPS.values()}
+    """Map each torch custom op overload to its ONNX translation for ``torch.onnx.export``."""
+    return {spec.overload: spec.translation for spec in OPS.values()}
 
 
-def _register_gpu_kernels() -> None:
-    from deploytk.kernels.launch import register_cuda_kernels
+def op_by_torch_name(torch_name: str) -> OpSpec:
+    """The spec of ``torch.ops.deploytk.<torch_name>``."""
+    return next(spec for spec in OPS.values() if spec.torch_name == torch_name)
 
-    register_cuda_kernels()  # the Triton kernels become the CUDA implementation (imported lazily on first CUDA call)
+
+def _register_cuda_kernel(spec: OpSpec) -> None:
+    def cuda_impl(*args, **kwargs):
+        return spec.kernel_module().launch(*args, **kwargs)
+
+    torch.library.register_kernel(f"{DOMAIN}::{spec.torch_name}", "cuda", cuda_impl)
 
 
-_register_gpu_kernels()
+for _spec in OPS.values():
+    _register_cuda_kernel(_spec)
 
-__all__ = ["OPS", "MATCHING_OPS", "CustomOp", "DOMAIN", "DOMAIN_VERSION", "PLUGIN_ATTRIBUTES", "custom_translation_table"]
+__all__ = ["OPS", "MATCHING_OPS", "OpSpec", "DOMAIN", "DOMAIN_VERSION", "PLUGIN_ATTRIBUTES", "custom_translation_table", "op_by_torch_name"]

@@ -28,6 +28,7 @@ import torch
 
 from deploytk.export.onnx_export import OUTPUT_NAME
 from deploytk.ops import DOMAIN, MATCHING_OPS
+from deploytk.ops.ties import PERTURBATION_TRIALS, ROUNDING_PERTURBATION
 
 
 @dataclass
@@ -52,7 +53,7 @@ class _Probe:
     dest: str
 
 
-def probed_model(model: Path | onnx.ModelProto) -> tuple[bytes | None, list[_Probe]]:
+def probed_model(model: Path | onnx.ModelProto) -> tuple[onnx.ModelProto | None, list[_Probe]]:
     """The ONNX model with every matching node's inputs and ``dest`` added as graph outputs.
 
     The backend is validated on this model, so that the choices diagnosed are the ones that
@@ -79,7 +80,7 @@ def probed_model(model: Path | onnx.ModelProto) -> tuple[bytes | None, list[_Pro
                 )
                 model.graph.output.append(onnx.helper.make_tensor_value_info(name, elem, None))
                 outputs.add(name)
-    return (model.SerializeToString() if probes else None), probes
+    return (model if probes else None), probes
 
 
 class _Choices:
@@ -121,7 +122,7 @@ def explain_flips(
     """
     starts = np.cumsum([0] + [len(b) for b in batches])
     flips, replayed = [], {}
-    for b, (batch, values) in enumerate(zip(batches, backend_outputs)):
+    for b, (batch, values) in enumerate(zip(batches, backend_outputs, strict=True)):
         rows = [i - starts[b] for i in failing if starts[b] <= i < starts[b + 1]]
         if not rows:
             continue
@@ -139,13 +140,13 @@ def explain_flips(
 def _diagnose(image, j, probes, ref_calls, values, replay_row, atol, rtol) -> BranchFlip:
     backend_logits = values[OUTPUT_NAME][j]
     replay_diff = float(np.abs(backend_logits.astype(np.float64) - replay_row).max())
-    for k, (probe, (op_name, args, ref_dest)) in enumerate(zip(probes, ref_calls)):
+    for k, (probe, (op_name, args, ref_dest)) in enumerate(zip(probes, ref_calls, strict=True)):
         backend_dest = values[probe.dest][j]
         if np.array_equal(backend_dest, ref_dest[j].numpy()):
             continue
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         backend_inputs = [values[n][j : j + 1] for n in probe.inputs]
-        input_rel = max(_rel_diff(t[j : j + 1].numpy().astype(np.float64), x) for t, x in zip(tensors, backend_inputs))
+        input_rel = max(_rel_diff(t[j : j + 1].numpy().astype(np.float64), x) for t, x in zip(tensors, backend_inputs, strict=True))
         reproduces = _reproduces(op_name, args, j, backend_inputs, backend_dest)
         within = replay_diff <= atol or replay_diff <= rtol * float(np.abs(replay_row).max())
         return BranchFlip(
@@ -160,10 +161,6 @@ def _diagnose(image, j, probes, ref_calls, values, replay_row, atol, rtol) -> Br
         )
     # same choices everywhere: the difference is not a branch flip
     return BranchFlip(image, "", -1, 0, 0.0, True, replay_diff, explained=False)
-
-
-ROUNDING_PERTURBATION = 1e-6
-PERTURBATION_TRIALS = 32
 
 
 def _reproduces(op_name, args, j, backend_inputs, backend_dest) -> bool:

@@ -13,14 +13,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+from polygraphy.comparator import Comparator, CompareFunc
+from polygraphy.logger import G_LOGGER
 
-from deploytk.backends.torch_runner import TorchRunner
-from deploytk.config import config_from_dict
+from deploytk.backends import Backend, ModelRunner, get_backend
+from deploytk.backends.torch_backend import TorchModel
+from deploytk.data import folder_batches, synthetic_batches
 from deploytk.errors import DeploytkError
-from deploytk.export.artifacts import MODEL_FILE, require_artifact_dir
-from deploytk.export.manifest import read_manifest
-from deploytk.export.onnx_export import OUTPUT_NAME
+from deploytk.export.artifacts import Artifact
+from deploytk.export.onnx_export import INPUT_NAME, OUTPUT_NAME
 from deploytk.models import build_reference
+from deploytk.progress import SILENT, Progress
+from deploytk.validate.branches import explain_flips, probed_model
 
 
 @dataclass
@@ -83,22 +87,6 @@ class ValidationReport:
         return asdict(self)
 
 
-def _backend_runner(backend: str, directory: Path, model_bytes: bytes | None = None):
-    """Polygraphy runner for the backend; ``model_bytes``: run this (probed) ONNX model, or for trt this checked engine."""
-    if backend in ("ort", "ort-cuda"):
-        from polygraphy.backend.onnxrt import OnnxrtRunner
-
-        from deploytk.backends.ort import ort_session
-
-        model = model_bytes if model_bytes is not None else directory / MODEL_FILE
-        return OnnxrtRunner(lambda: ort_session(model, backend), name=f"onnxruntime-{backend}")
-    if backend == "trt":
-        from deploytk.backends.trt import polygraphy_runner
-
-        return polygraphy_runner(model_bytes)
-    raise DeploytkError(f"unknown backend {backend!r} (--backend); allowed: ort, ort-cuda, trt.")
-
-
 def compare_outputs(reference: list[np.ndarray], candidate: list[np.ndarray]) -> dict:
     """Metrics over all images (rows) of the batched logits."""
     ref = np.concatenate(reference).astype(np.float64)
@@ -144,48 +132,35 @@ def failing_images(reference: list[np.ndarray], candidate: list[np.ndarray], tol
     return [int(i) for i in np.flatnonzero((diff.max(-1) > tol.atol) & (rel.max(-1) > tol.rtol))]
 
 
-def validate(directory: Path, backend: str, batches: list[np.ndarray] | None, tol: Tolerances, step=lambda m: None):
-    from polygraphy.comparator import Comparator, CompareFunc
-    from polygraphy.logger import G_LOGGER
-
-    directory = require_artifact_dir(directory)
-    manifest = read_manifest(directory)
-    cfg = config_from_dict(manifest["config"], f"{directory}/manifest.json")
-    if backend == "trt":
-        from deploytk.backends.trt import check_batch_sizes, checked_engine_manifest, read_engine
-
-        what = "validate --backend trt"
-        engine_manifest = checked_engine_manifest(directory, what)  # refuse a stale engine before any work
-        check_batch_sizes(engine_manifest, sorted({len(b) for b in batches}) if batches else [8], what)
-        engine = read_engine(directory, what)
-    step("rebuilding the PyTorch reference from the manifest")
-    reference = build_reference(cfg)
-    img = tuple(manifest["model"]["img_size"])
-    if batches is None:
-        from deploytk.data import synthetic_batches
-
-        batches = synthetic_batches(64, 8, img)
-    feeds = [{"input": b} for b in batches]
-    precision = cfg.export.precision
-    probes, model_bytes, emulation = [], None, None
-    if backend in ("ort", "ort-cuda"):
-        import onnx
-
-        from deploytk.validate.branches import probed_model
-
-        proto = onnx.load(str(directory / MODEL_FILE))
-        if backend == "ort" and precision == "bf16":
-            from deploytk.backends.bf16_emulation import EMULATION_NOTE, emulate_bf16
-
-            proto, emulation = emulate_bf16(proto), EMULATION_NOTE
-            step("bf16 on ONNX Runtime CPU: emulated (fp32 arithmetic, every bf16 tensor rounded to bf16)")
-        model_bytes, probes = probed_model(proto)
-        model_bytes = model_bytes or proto.SerializeToString()
-    runners = [TorchRunner(reference, img), _backend_runner(backend, directory, engine if backend == "trt" else model_bytes)]
-    step(f"running {sum(len(b) for b in batches)} images through PyTorch and {backend}")
+def validate(
+    directory: Path,
+    backend: str | Backend,
+    batches: list[np.ndarray] | None,
+    tol: Tolerances,
+    progress: Progress = SILENT,
+    reference=None,
+) -> ValidationReport:
+    """Run ``batches`` (default: 64 seeded synthetic images) through the backend and the fp32 reference and judge the difference."""
+    backend = get_backend(backend, validating=True) if isinstance(backend, str) else backend
+    artifact = Artifact.open(directory)
+    img = artifact.img_size
+    batches = batches if batches is not None else synthetic_batches(64, 8, img)
+    graph, probes, emulation = None, [], None
+    if backend.runs_onnx:  # validate the graph with the matching ops' choices as extra outputs (see branches.py)
+        proto, emulation = backend.graph(artifact)
+        if emulation:
+            progress.step(f"{backend.name}: {emulation}")
+        probed, probes = probed_model(proto)
+        graph = probed if probed is not None else proto
+    loaded = backend.load(artifact, sorted({len(b) for b in batches}), graph, progress)  # refuses a stale engine before any work
+    if reference is None:
+        progress.step("rebuilding the PyTorch reference from the manifest")
+        reference = build_reference(artifact.config)
+    runners = [ModelRunner(TorchModel(reference, img, "cpu"), img, "pytorch-reference"), ModelRunner(loaded, img, backend.name)]
+    progress.step(f"running {sum(len(b) for b in batches)} images through PyTorch and {backend.name}")
     G_LOGGER.module_severity = G_LOGGER.ERROR
     with contextlib.redirect_stdout(sys.stderr):  # Polygraphy logs to stdout; keep it for --json
-        results = Comparator.run(runners, data_loader=feeds)
+        results = Comparator.run(runners, data_loader=[{INPUT_NAME: b} for b in batches])
         accuracy = Comparator.compare_accuracy(
             results, compare_func=CompareFunc.simple(atol=tol.atol, rtol=tol.rtol, check_error_stat="max")
         )
@@ -197,9 +172,7 @@ def validate(directory: Path, backend: str, batches: list[np.ndarray] | None, to
     flips, same_branch = [], None
     failing = failing_images(ref_out, backend_out, tol)
     if failing and probes:
-        from deploytk.validate.branches import explain_flips
-
-        step(f"diagnosing {len(failing)} image(s) outside tolerance: replaying the reference with the backend's choices")
+        progress.step(f"diagnosing {len(failing)} image(s) outside tolerance: replaying the reference with the backend's choices")
         flips, replayed = explain_flips(reference, probes, list(batches), list(out_iters), failing, tol.atol, tol.rtol)
     checked = metrics
     if flips:
@@ -220,13 +193,43 @@ def validate(directory: Path, backend: str, batches: list[np.ndarray] | None, to
         )
     return ValidationReport(
         passed=all(checks.values()),
-        backend=backend,
+        backend=backend.name,
         elementwise_passed=elementwise_passed,
         tolerances=asdict(tol),
         checks=checks,
         branch_flips=[f.to_dict() for f in flips],
         same_branch=same_branch,
-        precision=precision,
-        emulation=emulation,
+        precision=artifact.precision,
+        emulation=emulation or loaded.emulation,
         **metrics,
     )
+
+
+def run_validation(
+    directory: Path,
+    backend: str,
+    *,
+    images: Path | None = None,
+    num_images: int = 64,
+    batch_size: int = 8,
+    progress: Progress = SILENT,
+    **tolerances,
+) -> tuple[ValidationReport, Tolerances]:
+    """`deploytk validate`: tolerances from the artifact's precision (overridden where given), then ``validate``
+    on ``num_images`` of ``images`` (timm's preprocessing for the model) or seeded synthetic images."""
+    if num_images < 1 or batch_size < 1:
+        raise DeploytkError("--num-images and --batch-size must be >= 1.")
+    flips = tolerances.get("max_branch_flips")
+    if flips is not None and not 0 <= flips <= 1:
+        raise DeploytkError(f"--max-branch-flips {flips} must be a fraction in [0, 1].")
+    backend = get_backend(backend, validating=True)
+    artifact = Artifact.open(directory, verify=False)  # validate() checks the hash
+    tol = Tolerances.for_precision(artifact.precision, **tolerances)
+    reference = None
+    if images is not None:  # the reference's own timm model decides the preprocessing
+        progress.step("rebuilding the PyTorch reference from the manifest")
+        reference = build_reference(artifact.config)
+        batches = folder_batches(images, num_images, batch_size, reference.vit)
+    else:
+        batches = synthetic_batches(num_images, batch_size, artifact.img_size)
+    return validate(directory, backend, batches, tol, progress, reference), tol

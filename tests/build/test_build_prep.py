@@ -4,7 +4,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from deploytk.build.engine_manifest import check_engine, engine_manifest
+from deploytk.backends.engine_manifest import check_engine, engine_manifest
 from deploytk.build.graph import check_tensorrt_supports, prepare_for_build
 from deploytk.build.options import BuildOptions, build_options, parse_batch
 from deploytk.errors import DeploytkError
@@ -133,7 +133,7 @@ def _manifest(**over):
         tensorrt="10.13.0",
         gpu="NVIDIA H200",
         compute_capability="9.0",
-        options=BuildOptions(),
+        options=BuildOptions().model_dump(mode="json"),
         plugin_ops=["ToMeMatch"],
         build_seconds=12.34,
         created="2026-11-21T00:00:00+00:00",
@@ -167,7 +167,7 @@ def test_mismatched_engine_is_refused_with_every_reason():
 def test_batch_sizes_outside_the_engine_profile_are_refused_with_a_rebuild_command():
     from deploytk.backends.trt import check_batch_sizes
 
-    m = _manifest(options=BuildOptions(batch=(2, 8, 32)))
+    m = _manifest(options=BuildOptions(batch=(2, 8, 32)).model_dump(mode="json"))
     check_batch_sizes(m, [2, 8, 32], "profile --backend trt")  # inside: no error
     with pytest.raises(DeploytkError, match=r"batch size\(s\) 1, 64 outside the engine's optimization profile 2\.\.32") as err:
         check_batch_sizes(m, [1, 8, 64], "profile --backend trt")

@@ -68,11 +68,11 @@ def test_method_config_exports_and_validates(config, tmp_path):
 
 def assert_every_deploytk_node_builds_as_a_plugin(model):
     """What `deploytk build` hands TensorRT: every deploytk node a plugin node, its types among those the plugin declares."""
+    from deploytk_plugins.tensorrt_plugins import PLUGIN_OPS, type_combinations
     from onnx import TensorProto
 
     from deploytk.build.graph import prepare_for_build
     from deploytk.build.options import BuildOptions
-    from plugins.tensorrt_plugins import PLUGIN_OPS, type_combinations
 
     prepared, used = prepare_for_build(model, BuildOptions(), PLUGIN_OPS)
     nodes = [n for n in prepared.graph.node if n.domain == "deploytk"]

@@ -13,7 +13,7 @@ import onnxruntime as ort
 import pytest
 import timm
 import torch
-from conftest import digits_config
+from conftest import digits_config, tome_model
 from onnx import TensorProto, helper, numpy_helper
 
 from deploytk.backends.bf16_emulation import emulate_bf16
@@ -21,7 +21,7 @@ from deploytk.config import config_from_dict, load_config
 from deploytk.errors import DeploytkError
 from deploytk.export.onnx_export import export_model
 from deploytk.export.pipeline import run_export
-from deploytk.merging.patch import MergedViT
+from deploytk.merging.merged_vit import MergedViT
 from deploytk.merging.precision import Fp32Module, to_precision
 from deploytk.validate.validator import Tolerances, validate
 
@@ -34,7 +34,7 @@ def tiny_merged(seed=0) -> MergedViT:
     vit = timm.create_model(
         "vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=4, embed_dim=64, depth=4, num_heads=2, num_classes=10
     ).eval()
-    return MergedViT(vit, [6] * 4, prop_attn=True).eval()
+    return tome_model(vit, [6] * 4, prop_attn=True).eval()
 
 
 def cosine_min(a, b) -> float:
@@ -87,7 +87,7 @@ def test_low_precision_graph_keeps_the_accuracy_critical_tensors_fp32(precision,
     aggregate = [n for n in nodes if n.op_type == "TokenAggregate"]
     assert {types[n.output[0]] for n in aggregate} == {elem, TensorProto.FLOAT}  # tokens low, sizes fp32
     # every deploytk node's types are among those its TensorRT plugin declares
-    from plugins.tensorrt_plugins import PLUGIN_OPS, type_combinations
+    from deploytk_plugins.tensorrt_plugins import PLUGIN_OPS, type_combinations
 
     trt_name = {TensorProto.FLOAT: "FP32", TensorProto.FLOAT16: "FP16", TensorProto.BFLOAT16: "BF16", TensorProto.INT64: "INT64"}
     plugin_nodes = [n for n in nodes if n.op_type in PLUGIN_OPS]

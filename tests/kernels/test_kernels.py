@@ -4,12 +4,20 @@ import json
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from deploytk.errors import DeploytkError
-from deploytk.kernels import launch, selftest
+from deploytk.ops import OPS, kernel_common, selftest
+from deploytk.ops.crucial_match.reference import crucial_match
+from deploytk.ops.ties import rounding_ties
+from deploytk.ops.tome_match import tome_near_ties
+from deploytk.ops.tome_match.reference import tome_dest
+
+#: every op's torch launcher by torch-op name (launch.tome_match(...)), as the CUDA dispatch calls them
+launch = SimpleNamespace(**{spec.torch_name: spec.kernel_module().launch for spec in OPS.values()})
 
 
 def run_cli(*args, env_extra=None):
@@ -18,7 +26,8 @@ def run_cli(*args, env_extra=None):
 
 
 def test_interpreter_selftest_passes_for_every_op():
-    """What CI runs: TRITON_INTERPRET=1 deploytk selftest --json (a subprocess: the variable must be set before Triton decorates the kernels)."""
+    """What CI runs: TRITON_INTERPRET=1 deploytk selftest --json (a subprocess: the variable must be set before
+    Triton decorates the kernels)."""
     from deploytk.ops import OPS
 
     result = run_cli("selftest", "--json", env_extra={"TRITON_INTERPRET": "1"})
@@ -50,50 +59,42 @@ def test_selftest_without_gpu_or_interpreter_says_what_to_do():
 
 
 def test_selftest_fails_when_a_kernel_is_wrong(monkeypatch):
-    monkeypatch.setattr(launch, "interpreting", lambda: True)  # CPU tensors, interpreter-sized shapes
+    monkeypatch.setattr(kernel_common, "interpreting", lambda: True)  # CPU tensors, interpreter-sized shapes
     ops = torch.ops.deploytk
-    monkeypatch.setattr(launch, "token_aggregate", lambda x, w, d, t, n: ops.token_aggregate(x.float(), w, d, t, n) * 1.1)
-    monkeypatch.setattr(
-        launch, "proportional_attention", lambda q, k, v, s, sc: ops.proportional_attention(q.float(), k.float(), v.float(), s, sc) + 0.1
-    )
 
     def shifted_match(m, r, p, srt):  # A tokens' slots rotated by one
         dest = ops.tome_match(m.float(), r, p, srt)
         dest[:, 0::2] = dest[:, 0::2].roll(1, dims=1)
         return dest
 
-    monkeypatch.setattr(launch, "tome_match", shifted_match)
-
     def rotate(dest):  # every token sent to the next token's slot
         return dest.roll(1, dims=1)
 
-    monkeypatch.setattr(launch, "topk_select", lambda s, k, p: rotate(ops.topk_select(s.float(), k, p)))
-    monkeypatch.setattr(launch, "crucial_match", lambda m, s, k, p: rotate(ops.crucial_match(m.float(), s.float(), k, p)))
-    monkeypatch.setattr(launch, "size_split_match", lambda m, s, r, p: rotate(ops.size_split_match(m.float(), s.float(), r, p)))
-    monkeypatch.setattr(launch, "mctf_match", lambda m, rc, s, *a: rotate(ops.mctf_match(m.float(), rc.float(), s.float(), *a)))
-    cases = selftest.run()
-    assert {c.op for c in cases} == {
-        "TokenAggregate",
-        "ProportionalAttention",
-        "ToMeMatch",
-        "TopKSelect",
-        "CrucialMatch",
-        "SizeSplitMatch",
-        "MctfMatch",
+    wrong = {
+        "TokenAggregate": lambda x, w, d, t, n: ops.token_aggregate(x.float(), w, d, t, n) * 1.1,
+        "ProportionalAttention": lambda q, k, v, s, sc: ops.proportional_attention(q.float(), k.float(), v.float(), s, sc) + 0.1,
+        "ToMeMatch": shifted_match,
+        "TopKSelect": lambda s, k, p: rotate(ops.topk_select(s.float(), k, p)),
+        "CrucialMatch": lambda m, s, k, p: rotate(ops.crucial_match(m.float(), s.float(), k, p)),
+        "SizeSplitMatch": lambda m, s, r, p: rotate(ops.size_split_match(m.float(), s.float(), r, p)),
+        "MctfMatch": lambda m, rc, s, *a: rotate(ops.mctf_match(m.float(), rc.float(), s.float(), *a)),
     }
+    assert set(wrong) == set(OPS)
+    for name, fn in wrong.items():
+        monkeypatch.setattr(OPS[name].kernel_module(), "launch", fn)
+    cases = selftest.run()
+    assert {c.op for c in cases} == set(OPS)
     assert cases and not any(c.passed for c in cases)
 
 
 def test_rounding_ties_accepts_only_choices_the_reference_makes_at_rounding_level():
-    from deploytk.merging.pruning import crucial_match
-
     g = torch.Generator().manual_seed(0)
     metric, scores = torch.randn(2, 12, 8, generator=g), torch.rand(2, 12, generator=g)
     dest = crucial_match(metric, scores, 4, 1)
-    assert selftest.rounding_ties(crucial_match, [metric, scores, 4, 1], dest, 0) == 0
+    assert rounding_ties(crucial_match, [metric, scores, 4, 1], dest, 0) == 0
     wrong = dest.clone()
     wrong[0] = wrong[0].roll(1)
-    assert selftest.rounding_ties(crucial_match, [metric, scores, 4, 1], wrong, 0) is None
+    assert rounding_ties(crucial_match, [metric, scores, 4, 1], wrong, 0) is None
     # crucial tokens 1 and 2 identical, token 5 parallel to both: it may join either (the reference takes the first)
     scores = torch.tensor([[0.0, 0.9, 0.8, 0.7, 0.6] + [0.1] * 7] * 2)  # token 0 protected; tokens 1-4 are crucial
     tied = metric.clone()
@@ -103,21 +104,19 @@ def test_rounding_ties_accepts_only_choices_the_reference_makes_at_rounding_leve
     assert want[0, 5] == want[0, 1] == 1
     other = want.clone()
     other[0, 5] = want[0, 2]
-    assert selftest.rounding_ties(crucial_match, [tied, scores, 4, 1], other, 0) == 1
-    assert selftest.rounding_ties(crucial_match, [tied, scores, 4, 1], other, None) is None  # no arithmetic to perturb: an error
+    assert rounding_ties(crucial_match, [tied, scores, 4, 1], other, 0) == 1
+    assert rounding_ties(crucial_match, [tied, scores, 4, 1], other, None) is None  # no arithmetic to perturb: an error
 
 
 def test_tome_near_ties_accepts_only_tie_equivalent_matchings():
-    from deploytk.merging.tome import tome_dest
-
     g = torch.Generator().manual_seed(3)
     metric = torch.randn(2, 21, 8, generator=g)
     dest = tome_dest(metric, 5, 1, True)
-    assert selftest.tome_near_ties(metric, dest, 5, 1, True) == 0
+    assert tome_near_ties(metric, dest, 5, 1, True) == 0
     swapped = dest.clone()
     swapped[0, [2, 4]] = swapped[0, [4, 2]]  # two A tokens trade slots: a wrong merge, not a tie
     if not torch.equal(swapped, dest):
-        assert selftest.tome_near_ties(metric, swapped, 5, 1, True) is None
+        assert tome_near_ties(metric, swapped, 5, 1, True) is None
     # an exact tie: B0 and B1 (tokens 3 and 5 when token 1 is protected... here protected=1 so B starts at token 1)
     tied = metric.clone()
     tied[:, 5] = tied[:, 3]  # B1 == B2: every A token scores them equally
@@ -126,7 +125,7 @@ def test_tome_near_ties_accepts_only_tie_equivalent_matchings():
     b_slots = {int(want[0, 3]): int(want[0, 5]), int(want[0, 5]): int(want[0, 3])}
     other[0, ::2] = torch.tensor([b_slots.get(int(v), int(v)) for v in want[0, ::2]])  # sources sent to the twin
     if not torch.equal(other, want):
-        assert selftest.tome_near_ties(tied, other, 5, 1, True) == 1
+        assert tome_near_ties(tied, other, 5, 1, True) == 1
 
 
 def test_tome_match_bad_input_fails_before_launch(monkeypatch):
@@ -136,7 +135,7 @@ def test_tome_match_bad_input_fails_before_launch(monkeypatch):
         launch.tome_match(torch.zeros(17, 8), 2, 1, True)
     with pytest.raises(DeploytkError, match="float64 is not supported"):
         launch.tome_match(torch.zeros(2, 17, 8, dtype=torch.float64), 2, 1, True)
-    monkeypatch.setattr(launch, "interpreting", lambda: False)
+    monkeypatch.setattr(kernel_common, "interpreting", lambda: False)
     with pytest.raises(DeploytkError, match="CUDA tensors"):
         launch.tome_match(torch.zeros(2, 17, 8), 2, 1, True)
 
@@ -170,7 +169,7 @@ def test_attention_bad_input_fails_before_launch(monkeypatch):
         launch.proportional_attention(q, q, q, torch.ones(3, 10, 1), 0.25)  # mismatched batch
     with pytest.raises(DeploytkError, match="v of q's shape"):
         launch.proportional_attention(q, q, torch.zeros(2, 3, 10, 8), torch.ones(2, 10, 1), 0.25)
-    monkeypatch.setattr(launch, "interpreting", lambda: False)
+    monkeypatch.setattr(kernel_common, "interpreting", lambda: False)
     with pytest.raises(DeploytkError, match="CUDA tensors"):
         launch.proportional_attention(q, q, q, torch.ones(2, 10, 1), 0.25)
 
@@ -209,6 +208,6 @@ def test_selection_kernels_bad_input_fails_before_launch(call, message):
 
 
 def test_selection_kernels_need_cuda_tensors_outside_the_interpreter(monkeypatch):
-    monkeypatch.setattr(launch, "interpreting", lambda: False)
+    monkeypatch.setattr(kernel_common, "interpreting", lambda: False)
     with pytest.raises(DeploytkError, match="CUDA tensors"):
         launch.crucial_match(torch.zeros(2, 10, 8), torch.rand(2, 10), 3, 1)

@@ -69,24 +69,17 @@ def test_merged_model_on_cuda_runs_the_kernels_and_matches_the_cpu_reference(ste
     (or one the reference makes at float32 rounding level: a proven near-tie, as in
     ``deploytk selftest``); and the CPU reference replayed with the CUDA run's choices gives
     its logits and top-1."""
-    from deploytk.kernels import launch
-    from deploytk.kernels.selftest import rounding_ties
     from deploytk.models import build_reference
+    from deploytk.ops import OPS
+    from deploytk.ops.ties import rounding_ties
 
     model = build_reference(digits_config(stem))
     calls, cuda_calls = {}, []
-    for name in (
-        "token_aggregate",
-        "tome_match",
-        "proportional_attention",
-        "mctf_match",
-        "size_split_match",
-        "topk_select",
-        "crucial_match",
-    ):
-        real = getattr(launch, name)
+    for spec in OPS.values():  # count every kernel launch the CUDA dispatch makes
+        kernel, name = spec.kernel_module(), spec.torch_name
+        real = kernel.launch
         monkeypatch.setattr(
-            launch, name, lambda *a, _real=real, _name=name, **k: calls.__setitem__(_name, calls.get(_name, 0) + 1) or _real(*a, **k)
+            kernel, "launch", lambda *a, _real=real, _name=name, **k: calls.__setitem__(_name, calls.get(_name, 0) + 1) or _real(*a, **k)
         )
     with torch.no_grad():
         cpu_dests = []
@@ -108,10 +101,10 @@ def test_merged_model_on_cuda_runs_the_kernels_and_matches_the_cpu_reference(ste
     assert len(cuda_calls) == len(cpu_dests) > 0
     for op, args, dest in cuda_calls:  # each kernel against the CPU reference op on the same inputs
         reference = getattr(torch.ops.deploytk, op)
-        ties = rounding_ties(lambda *a: reference(*a), args, dest, None if op == "topk_select" else 0)
+        ties = rounding_ties(lambda *a, _ref=reference: _ref(*a), args, dest, None if op == "topk_select" else 0)
         assert ties is not None, f"{op}: the kernel's choice is not the reference's, nor a near-tie of it"
     scale = max(1.0, float(replay.abs().max()))
     assert (got - replay).abs().max() <= 1e-3 * scale and torch.equal(got.argmax(-1), replay.argmax(-1))
-    flips = sum(not torch.equal(a, d) for a, (_, _, d) in zip(cpu_dests, cuda_calls))
+    flips = sum(not torch.equal(a, d) for a, (_, _, d) in zip(cpu_dests, cuda_calls, strict=True))
     if flips == 0:  # no near-tie flipped: the CUDA run is the CPU reference itself
         assert (got - want).abs().max() <= 1e-3 * max(1.0, float(want.abs().max())) and torch.equal(got.argmax(-1), want.argmax(-1))

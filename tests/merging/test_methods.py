@@ -9,12 +9,13 @@ import torch
 from conftest import seeded_images, seeded_init
 
 from deploytk.analysis.flops import count_flops
+from deploytk.calibrate import calibrate
 from deploytk.config import config_from_dict, load_config
 from deploytk.errors import DeploytkError
-from deploytk.merging import atm
-from deploytk.merging.calibrate import calibrate
-from deploytk.merging.registry import get_method
+from deploytk.merging.merged_vit import build_merged
+from deploytk.methods import atm, get_method
 from deploytk.models import build_reference
+from deploytk.ops.size_split_match.reference import size_split_scores
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = np.load(ROOT / "tests" / "data" / "mctf_official_logits.npz")
@@ -22,7 +23,7 @@ RECORDED = np.load(ROOT / "tests" / "data" / "mctf_official_logits.npz")
 
 def build(method, vit, r, options=None, prop_attn=True):
     m = get_method(method)
-    return m.build(vit, r, prop_attn, m.parse_options(options or {})).eval()
+    return build_merged(m, vit, r, prop_attn, m.parse_options(options or {})).eval()
 
 
 @pytest.mark.parametrize(
@@ -76,7 +77,7 @@ def test_mctf_variants_run_and_differ_from_dense():
 def test_mctf_min_tokens_safeguard():
     model = build("mctf", timm.create_model("deit_tiny_patch16_224"), 40)
     tokens, eff = model.schedule.tokens, model.schedule.effective_r
-    assert min(t - e for t, e in zip(tokens, eff)) >= 10
+    assert min(t - e for t, e in zip(tokens, eff, strict=True)) >= 10
     assert eff[1] == 40 and tokens[-1] - eff[-1] == 10  # later layers clipped to keep 10 tokens
 
 
@@ -95,7 +96,7 @@ def test_atm_count_above_and_size_split_grouping():
     assert atm.count_above(metric, size, 1, 0.9, size_split=False).tolist() == [0]
     assert atm.count_above(metric, size, 1, 0.7, size_split=False).tolist() == [2]
     # size split over tokens 1..5 (sizes 1,3,1,2,5): small = tokens 1, 3, 4? no: sorted by size -> 1, 3 (size 1), 4 (2) | 2 (3), 5 (5)
-    scores, oa, ob = atm.size_split_scores(metric, size, 1)
+    scores, oa, ob = size_split_scores(metric, size, 1)
     assert (oa + 1).tolist() == [[1, 3, 4]] and (ob + 1).tolist() == [[2, 5]]
     assert atm.count_above(metric, size, 1, 0.99, size_split=True).tolist() == [2]  # 1 ~ 5 and 4 == 2
 
@@ -112,14 +113,14 @@ def test_atm_calibration_statistic_is_per_layer_quantile():
     batches = [rng.standard_normal((4, 3, 64, 64)).astype(np.float32) for _ in range(3)]
     data, report = calibrate(cfg, batches, 0.5, "test")
     model = build_reference(cfg)
-    per_batch = np.array([model.calibration_pass(torch.from_numpy(b)) for b in batches]).T
+    per_batch = np.array([model.reduction.calibration_pass(model, torch.from_numpy(b)) for b in batches]).T
     want = [int(np.floor(np.median(v))) for v in per_batch]
     assert want[-1] == 0  # CLS-only last block: no merge recorded
     assert report["r"] == want == data["merge"]["r"]
     assert report["images"] == 12 and report["batches"] == 3
     assert data["merge"]["options"]["calibration"]["per_layer_r"][0]["max"] == int(per_batch[0].max())
     recal = build_reference(config_from_dict(data))
-    assert recal.schedule.effective_r[:-1] == [min(r, (t - 1) // 2) for r, t in zip(want[:-1], recal.schedule.tokens)]
+    assert recal.schedule.effective_r[:-1] == [min(r, (t - 1) // 2) for r, t in zip(want[:-1], recal.schedule.tokens, strict=False)]
     assert recal.schedule.tokens[-1] - recal.schedule.effective_r[-1] == 1
 
 

@@ -6,9 +6,7 @@ import numpy as np
 import pytest
 import timm
 import torch
-from conftest import seeded_images, seeded_init
-
-from deploytk.merging.patch import MergedViT, build_schedule
+from conftest import seeded_images, seeded_init, tome_model
 
 RECORDED = np.load(Path(__file__).parent.parent / "data" / "tome_official_logits.npz")
 
@@ -23,7 +21,7 @@ RECORDED = np.load(Path(__file__).parent.parent / "data" / "tome_official_logits
 )
 def test_matches_official_tome(key, name, r):
     vit = seeded_init(timm.create_model(name), seed=1)
-    model = MergedViT(vit, build_schedule(vit, r), prop_attn=True)
+    model = tome_model(vit, r, prop_attn=True)
     with torch.no_grad():
         got = model(seeded_images(2, seed=2)).numpy()
     np.testing.assert_allclose(got, RECORDED[key], rtol=0, atol=1e-4)

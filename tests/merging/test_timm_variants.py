@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 import timm
 import torch
-from conftest import seeded_init
+from conftest import seeded_init, tome_model
 
 from deploytk.backends.ort import ort_session
 from deploytk.errors import DeploytkError
 from deploytk.export.onnx_export import custom_op_counts, export_model
-from deploytk.merging.patch import MergedViT, build_schedule
+from deploytk.merging.merged_vit import MergedViT
 
 # small depth/width keeps export fast; each entry exercises one timm feature
 VARIANTS = {
@@ -38,13 +38,13 @@ def test_r0_reproduces_timm(variant):
     vit = build(*VARIANTS[variant])
     x = images(vit)
     with torch.no_grad():
-        torch.testing.assert_close(MergedViT(vit, [0] * len(vit.blocks))(x), vit(x), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(MergedViT.dense(vit)(x), vit(x), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_onnx_equals_reference_with_merging(variant, tmp_path):
     vit = build(*VARIANTS[variant])
-    model = MergedViT(vit, build_schedule(vit, 24))
+    model = tome_model(vit, 24)
     assert all(r > 0 for r in model.schedule.effective_r)
     x = images(vit)
     proto = export_model(model, tuple(vit.patch_embed.img_size), 2, 18, tmp_path / "m.onnx")
@@ -63,13 +63,13 @@ def test_onnx_equals_reference_with_merging(variant, tmp_path):
 
 def test_size_weighted_average_pool():
     vit = build("vit_small_patch16_224", dict(depth=2, global_pool="avg", class_token=False, fc_norm=True))
-    model = MergedViT(vit, [40, 30])
+    model = tome_model(vit, [40, 30])
     x = images(vit, 1)
     with torch.no_grad():
         feats = vit.norm_pre(vit.patch_drop(vit._pos_embed(vit.patch_embed(x))))
         size = torch.ones_like(feats[..., :1])
         for i, blk in enumerate(vit.blocks):
-            feats, size = model._block(i, blk, feats, size)
+            feats, size = model.reduction.block(model, i, blk, feats, size)
         feats = vit.norm(feats)
         want = vit.head(vit.fc_norm((feats * size).sum(1) / size.sum(1)))
         torch.testing.assert_close(model(x), want)
@@ -79,4 +79,4 @@ def test_size_weighted_average_pool():
 def test_unsupported_pool_is_rejected():
     vit = timm.create_model("vit_small_patch16_224", depth=1, global_pool="map")
     with pytest.raises(DeploytkError, match="global_pool='map' is not supported; allowed: token, avg"):
-        MergedViT(vit, [0])
+        MergedViT.dense(vit)

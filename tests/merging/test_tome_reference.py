@@ -5,20 +5,20 @@ import math
 import pytest
 import torch
 
-from deploytk.merging.tome import merge_tokens
+from deploytk.ops.tome_match.reference import merge_tokens
 
 
 def naive_tome(x, size, metric, r, protected, sort_unmerged):
     """One sample at a time, plain Python lists; written from the algorithm's description."""
     out_x, out_size = [], []
-    for xb, sb, mb in zip(x, size, metric):
+    for xb, sb, mb in zip(x, size, metric, strict=True):
         n = xb.shape[0]
         m = [v / v.norm() for v in mb]
         a_ids, b_ids = list(range(0, n, 2)), list(range(1, n, 2))
         best = {}
         for ia, ta in enumerate(a_ids):
             scores = []
-            for ib, tb in enumerate(b_ids):
+            for tb in b_ids:
                 s = float(m[ta] @ m[tb])
                 if ta < protected or tb < protected:
                     s = -math.inf
@@ -36,10 +36,10 @@ def naive_tome(x, size, metric, r, protected, sort_unmerged):
             acc[ib][1] = acc[ib][1] + sb[a_ids[ia]]
         tokens = [(xb[a_ids[ia]] * sb[a_ids[ia]], sb[a_ids[ia]]) for ia in unm] + [tuple(acc[ib]) for ib in range(len(b_ids))]
         # protected tokens first, in their original order; then the rest in [A, B] order
-        prot_a = [t for ia, t in zip(unm, tokens) if a_ids[ia] < protected]
+        prot_a = [t for ia, t in zip(unm, tokens, strict=False) if a_ids[ia] < protected]
         prot_b = [tokens[len(unm) + ib] for ib, tb in enumerate(b_ids) if tb < protected]
         prefix = [prot_a[i // 2] if i % 2 == 0 else prot_b[i // 2] for i in range(protected)]
-        rest = [t for ia, t in zip(unm, tokens) if a_ids[ia] >= protected] + [
+        rest = [t for ia, t in zip(unm, tokens, strict=False) if a_ids[ia] >= protected] + [
             tokens[len(unm) + ib] for ib, tb in enumerate(b_ids) if tb >= protected
         ]
         merged = prefix + rest

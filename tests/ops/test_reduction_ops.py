@@ -11,8 +11,8 @@ from onnx import TensorProto, helper
 
 import deploytk.ops  # noqa: F401
 from deploytk.errors import DeploytkError
-from deploytk.merging.tome import merge_tokens
 from deploytk.ops import OPS, PLUGIN_ATTRIBUTES
+from deploytk.ops.tome_match.reference import merge_tokens
 
 ops = torch.ops.deploytk
 
@@ -54,7 +54,7 @@ def test_tome_match_body_equals_torch_and_merges_like_tome(batch, n, c, r, prote
         "ToMeMatch", {"metric": metric.numpy()}, TensorProto.INT64, 2, r=r, protected=protected, sort_unmerged=int(sort_unmerged), tokens=n
     )
     np.testing.assert_array_equal(got, dest.numpy())
-    # independent check: match + aggregate is ToMe's merge (merging.tome.merge_tokens, the official algorithm)
+    # independent check: match + aggregate is ToMe's merge (tome_match.reference.merge_tokens, the official algorithm)
     want_x, want_size = merge_tokens(x, size, metric, r, protected, sort_unmerged)
     got_x = torch.ops.deploytk.token_aggregate(x, size, dest, n - r, True)
     got_size = torch.ops.deploytk.token_aggregate(size, torch.ones_like(size), dest, n - r, False)

@@ -1,26 +1,22 @@
-"""TensorRT plugin pieces that need no libnvinfer: AOT PTX, shape/type rules, launch parameters."""
+"""TensorRT plugin pieces that need no libnvinfer: AOT PTX, signatures, shape/type rules, launch plans, registration wiring."""
 
+import inspect
 import json
 import os
 import re
 import subprocess
 import sys
+import types
 
+import numpy as np
 import pytest
+from deploytk_plugins import aot
+from deploytk_plugins import tensorrt_plugins as tp
+from deploytk_plugins.aot import SHARED_MEM_LIMIT, compile_variant, kernel_variant, strip_hidden_params
+from deploytk_plugins.definitions import PLUGINS
 
 from deploytk.errors import DeploytkError
-from plugins import tensorrt_plugins as tp
-from plugins.aot import (
-    SHARED_MEM_LIMIT,
-    compile_variant,
-    crucial_match_variant,
-    mctf_match_variant,
-    size_split_match_variant,
-    strip_hidden_params,
-    token_aggregate_variant,
-    tome_match_variant,
-    topk_select_variant,
-)
+from deploytk.ops import OPS
 
 
 def run_cli(*args):
@@ -32,6 +28,11 @@ def run_cli(*args):
     )
 
 
+def match_shapes(*dims, b=8, n=197):
+    """Input shapes of a matching op: [B, N, d] for each d, [B, N] for None."""
+    return [[b, n, d] if d else [b, n] for d in dims]
+
+
 def test_plugins_compile_writes_sm90_ptx_for_every_plugin_kernel(tmp_path):
     out = tmp_path / "ptx"
     result = run_cli("plugins", "compile", "--arch", "sm_90", "--output", str(out), "--json")
@@ -39,8 +40,9 @@ def test_plugins_compile_writes_sm90_ptx_for_every_plugin_kernel(tmp_path):
     index = json.loads(result.stdout)
     assert index == json.loads((out / "kernels.json").read_text())
     kernels = index["kernels"]
-    assert {k["op"] for k in kernels} == set(tp.PLUGIN_OPS)
+    assert {k["op"] for k in kernels} == set(tp.PLUGIN_OPS) == set(OPS)
     assert {(k["op"], k["dtype"]) for k in kernels} == {(op, d) for op in tp.PLUGIN_OPS for d in ("fp32", "fp16", "bf16")}
+    assert len(kernels) == 30
     for k in kernels:
         ptx = (out / k["file"]).read_text()
         assert re.search(r"^\.target sm_90a?$", ptx, re.M), k["file"]
@@ -51,11 +53,10 @@ def test_plugins_compile_writes_sm90_ptx_for_every_plugin_kernel(tmp_path):
 
 
 def test_a_kernel_that_cannot_fit_the_shared_memory_limit_is_refused(monkeypatch):
-    import plugins.aot as aot
-
     monkeypatch.setattr(aot, "SHARED_MEM_LIMIT", 1024)  # fp32 attention needs 45 KB at 3 stages, more than 1 KB at 1
+    variant = kernel_variant("ProportionalAttention", [[8, 6, 197, 64]] * 3 + [[8, 197, 1]], {"scale": 0.125}, "fp32")
     with pytest.raises(DeploytkError, match=r"ProportionalAttention_fp32.*more than 1024 B of shared memory for sm_90 .*at 1 stage"):
-        compile_variant(aot.proportional_attention_variant("fp32", 64, 0.125), "sm_90")
+        compile_variant(variant, "sm_90")
 
 
 def test_plugins_compile_refuses_unknown_arch_and_writes_nothing(tmp_path):
@@ -65,22 +66,48 @@ def test_plugins_compile_refuses_unknown_arch_and_writes_nothing(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "variant, kinds",
+    "op, shapes, attrs, dtype, kinds",
     [
-        (token_aggregate_variant("fp16", 384, True), ["u64", "u64", "u64", "u32", "u32", "u32", "u64"]),  # x, w, dest; N, C, T; out
-        (tome_match_variant("fp32", 577, 64, False), ["u64", "u32", "u32", "u32", "u32", "u64"]),  # metric; N, D, R, P; dest
-        (mctf_match_variant("fp16", 197, 384, 1.0, 20.0, 40.0, True), ["u64"] * 3 + ["u32"] * 4 + ["u64"]),  # metric, received, size
-        (size_split_match_variant("bf16", 197, 64), ["u64"] * 2 + ["u32"] * 4 + ["u64"]),  # metric, size; N, D, R, P; dest
-        (topk_select_variant("fp32", 577), ["u64", "u32", "u32", "u32", "u64"]),  # scores; N, KEEP, P; dest
-        (crucial_match_variant("fp16", 1025, 64), ["u64"] * 2 + ["u32"] * 4 + ["u64"]),  # metric, scores; N, D, KEEP, P; dest
+        (
+            "TokenAggregate",
+            [[8, 197, 384], [8, 197, 1], [8, 197]],
+            {"tokens_out": 181, "normalize": 1},
+            "fp16",
+            ["u64"] * 3 + ["u32"] * 3 + ["u64"],
+        ),
+        (
+            "ToMeMatch",
+            match_shapes(64, n=577),
+            {"r": 16, "protected": 1, "sort_unmerged": 0},
+            "fp32",
+            ["u64", "u32", "u32", "u32", "u32", "u64"],
+        ),
+        (
+            "MctfMatch",
+            match_shapes(384, None, 1),
+            {"r": 16, "protected": 1, "tau_sim": 1.0, "tau_info": 20.0, "tau_size": 40.0, "bidirection": 1},
+            "fp16",
+            ["u64"] * 3 + ["u32"] * 4 + ["u64"],
+        ),
+        ("SizeSplitMatch", match_shapes(64, 1), {"r": 16, "protected": 1}, "bf16", ["u64"] * 2 + ["u32"] * 4 + ["u64"]),
+        ("TopKSelect", match_shapes(None, n=577), {"keep": 100, "protected": 1}, "fp32", ["u64", "u32", "u32", "u32", "u64"]),
+        ("CrucialMatch", match_shapes(64, None, n=1025), {"keep": 100, "protected": 1}, "fp16", ["u64"] * 2 + ["u32"] * 4 + ["u64"]),
     ],
-    ids=lambda v: v.op if hasattr(v, "op") else "",
+    ids=lambda v: v if isinstance(v, str) and v in OPS else "",
 )
-def test_compiled_kernel_takes_exactly_inputs_then_ints_then_outputs(variant, kinds):
+def test_compiled_kernel_takes_exactly_inputs_then_ints_then_outputs(op, shapes, attrs, dtype, kinds):
     """TensorRT's AOT convention, and nothing more: Triton's trailing scratch pointers are stripped."""
-    k = compile_variant(variant, "sm_80")
+    k = compile_variant(kernel_variant(op, shapes, attrs, dtype), "sm_80")
     params = re.search(rf"\.entry {k.kernel_name}\((.*?)\)", k.ptx, re.S).group(1)
     assert re.findall(r"\.param \.(u64|u32|b32|s32)", params) == kinds
+
+
+def test_variant_signature_types_each_pointer_by_its_input_kind():
+    v = kernel_variant("TokenAggregate", [[8, 197, 384], [8, 197, 1], [8, 197]], {"tokens_out": 181, "normalize": 1}, "bf16")
+    assert v.signature == {"x_ptr": "*bf16", "w_ptr": "*fp32", "dest_ptr": "*i64", "N": "i32", "C": "i32", "T": "i32", "out_ptr": "*bf16"}
+    v = kernel_variant("ProportionalAttention", [[8, 6, 197, 64]] * 3 + [[8, 197, 1]], {"scale": 0.125}, "fp16")
+    assert list(v.signature.values()) == ["*fp16"] * 3 + ["*fp32", "i32", "i32", "*fp16"]
+    assert v.label == "ProportionalAttention_fp16_scale0p125_head_d64_block_m64_block_n64_block_d64"
 
 
 def test_strip_hidden_params_refuses_a_kernel_that_uses_them():
@@ -91,8 +118,6 @@ def test_strip_hidden_params_refuses_a_kernel_that_uses_them():
 
 
 def test_plugin_attributes_arrive_as_one_element_arrays():
-    import numpy as np
-
     assert tp.scalar(np.array([16], dtype=np.int32)) == 16 and isinstance(tp.scalar(np.array([16], dtype=np.int32)), int)
     assert tp.scalar(np.array([0.125], dtype=np.float32)) == 0.125
     with pytest.raises(DeploytkError, match="expected a scalar plugin attribute, got 2 values"):
@@ -100,19 +125,21 @@ def test_plugin_attributes_arrive_as_one_element_arrays():
 
 
 def test_output_shapes():
-    assert tp.token_aggregate_shape([8, 197, 384], 181) == [8, 181, 384]
-    assert tp.proportional_attention_shape([8, 6, 181, 64]) == [8, 6, 181, 64]
-    for op in ("ToMeMatch", "MctfMatch", "SizeSplitMatch", "CrucialMatch"):
-        assert tp.match_shape(op, [8, 197, 64]) == [8, 197]
-    assert tp.match_shape("TopKSelect", [8, 197]) == [8, 197]
+    assert tp.output_shape("TokenAggregate", [[8, 197, 384], [8, 197, 1], [8, 197]], {"tokens_out": 181}) == [8, 181, 384]
+    assert tp.output_shape("ProportionalAttention", [[8, 6, 181, 64]] * 3 + [[8, 181, 1]], {}) == [8, 6, 181, 64]
+    assert tp.output_shape("ToMeMatch", match_shapes(64), {}) == [8, 197]
+    assert tp.output_shape("MctfMatch", match_shapes(384, None, 1), {}) == [8, 197]
+    assert tp.output_shape("SizeSplitMatch", match_shapes(64, 1), {}) == [8, 197]
+    assert tp.output_shape("CrucialMatch", match_shapes(64, None), {}) == [8, 197]
+    assert tp.output_shape("TopKSelect", match_shapes(None), {}) == [8, 197]
     with pytest.raises(DeploytkError, match=r"ToMeMatch: metric must be rank 3 \[B, N, D\], got rank 2"):
-        tp.match_shape("ToMeMatch", [8, 197])
+        tp.output_shape("ToMeMatch", match_shapes(None), {})
     with pytest.raises(DeploytkError, match=r"TopKSelect: scores must be rank 2 \[B, N\], got rank 3"):
-        tp.match_shape("TopKSelect", [8, 197, 64])
-    with pytest.raises(DeploytkError, match="rank 3"):
-        tp.token_aggregate_shape([8, 197], 181)
-    with pytest.raises(DeploytkError, match="rank 4"):
-        tp.proportional_attention_shape([8, 181, 64])
+        tp.output_shape("TopKSelect", match_shapes(64), {})
+    with pytest.raises(DeploytkError, match=r"TokenAggregate: x must be rank 3 \[B, N, C\], got rank 2"):
+        tp.output_shape("TokenAggregate", [[8, 197], [8, 197, 1], [8, 197]], {"tokens_out": 181})
+    with pytest.raises(DeploytkError, match=r"ProportionalAttention: q must be rank 4 \[B, H, N, D\], got rank 3"):
+        tp.output_shape("ProportionalAttention", [[8, 181, 64]] * 3 + [[8, 181, 1]], {})
 
 
 def test_type_combinations_keep_size_fp32_and_dest_int64():
@@ -148,32 +175,135 @@ class SymbolicBatch:
     __hash__ = None
 
 
-def test_launch_parameters():
-    agg = tp.token_aggregate_launch(64, 197, 768, 181, {"BLOCK_T": 32, "BLOCK_C": 64})
-    assert agg == {"grid": (6, 12, 64), "int_args": [197, 768, 181]}
-    attn = tp.proportional_attention_launch(64, 12, 181, {"BLOCK_M": 64})
-    assert attn == {"grid": (3, 768, 1), "int_args": [181, 12]}
-    assert tp.match_launch(64, [197, 64, 16, 1]) == {"grid": (64, 1, 1), "int_args": [197, 64, 16, 1]}  # one program per image
+AGGREGATE = ([[64, 197, 768], [64, 197, 1], [64, 197]], {"tokens_out": 181, "normalize": 1})
+ATTENTION = ([[64, 12, 181, 64]] * 3 + [[64, 181, 1]], {"scale": 0.125})
+
+
+def test_launch_plans():
+    plan = tp.launch_plan("TokenAggregate", *AGGREGATE, "fp16").plan
+    assert plan.grid == (6, 12, 64) and plan.ints == [197, 768, 181]  # 32-token x 64-channel tiles, batch last
+    plan = tp.launch_plan("ProportionalAttention", *ATTENTION, "fp16").plan
+    assert plan.grid == (3, 768, 1) and plan.ints == [181, 12]  # 64-query tiles, batch * heads
+    plan = tp.launch_plan("ToMeMatch", match_shapes(64, b=64), {"r": 16, "protected": 1, "sort_unmerged": 1}, "fp32").plan
+    assert plan.grid == (64, 1, 1) and plan.ints == [197, 64, 16, 1]  # one program per image
 
 
 def test_launch_grids_keep_a_symbolic_batch_symbolic():
     """In the plugins the batch is a ShapeExpr: only the batch may be symbolic, the tiles are ints."""
     b = SymbolicBatch("B")
-    agg = tp.token_aggregate_launch(b, 197, 768, 181, {"BLOCK_T": 32, "BLOCK_C": 64})["grid"]
-    assert agg[:2] == (6, 12) and all(type(v) is int for v in agg[:2]) and agg[2] == b
-    attn = tp.proportional_attention_launch(b, 12, 181, {"BLOCK_M": 64})["grid"]
-    assert attn[0] == 3 and type(attn[0]) is int and attn[1] == SymbolicBatch("(B)*12") and attn[2] == 1
-    assert tp.match_launch(b, [197, 64, 16, 1])["grid"] == (b, 1, 1)
+
+    def batched(shapes):
+        return [[b, *s[1:]] for s in shapes]
+
+    grid = tp.launch_plan("TokenAggregate", batched(AGGREGATE[0]), AGGREGATE[1], "fp16").plan.grid
+    assert grid[:2] == (6, 12) and all(type(v) is int for v in grid[:2]) and grid[2] == b
+    grid = tp.launch_plan("ProportionalAttention", batched(ATTENTION[0]), ATTENTION[1], "fp16").plan.grid
+    assert grid[0] == 3 and type(grid[0]) is int and grid[1] == SymbolicBatch("(B)*12") and grid[2] == 1
+    grid = tp.launch_plan("TopKSelect", batched(match_shapes(None)), {"keep": 100, "protected": 1}, "fp32").plan.grid
+    assert grid == (b, 1, 1)
+
+
+def test_every_op_has_a_plugin_definition_whose_examples_plan():
+    assert set(PLUGINS) == set(OPS) == set(tp.PLUGIN_OPS)
+    for op, definition in PLUGINS.items():
+        for example in definition.examples:
+            assert tp.output_shape(op, example.shapes, example.attrs)  # the examples fit the op's signature
+            assert kernel_variant(op, example.shapes, example.attrs, "fp16").plan.ints
+
+
+def test_plugin_signatures_are_the_onnx_nodes():
+    """TensorRT passes every declared attribute; the plugin's signature is read off the ONNX function
+    (an independent reading here: the FunctionProto), and the torch op takes the same inputs and
+    attributes in the same order (less ``tokens``, which the translation derives)."""
+    for op in tp.PLUGIN_OPS:
+        fn = OPS[op].onnx_function.to_function_proto()
+        attrs = [a for a in fn.attribute] + [a.name for a in fn.attribute_proto]
+        attrs = [a for a in attrs if a not in ("plugin_namespace", "plugin_version")]
+        inputs, signature_attrs = tp.plugin_signature(op)
+        assert inputs == list(fn.input) and list(signature_attrs) == attrs, op
+        torch_args = [a.name for a in OPS[op].torch_op._opoverload._schema.arguments]
+        assert torch_args == inputs + [a for a in attrs if a != "tokens"], op
 
 
 def test_register_plugins_without_tensorrt_says_how_to_install():
-    from deploytk.backends.trt import tensorrt_version
+    from deploytk.optional import tensorrt_version
 
     if tensorrt_version() is not None:
         pytest.skip("TensorRT is installed here")
     with pytest.raises(DeploytkError, match="needs TensorRT") as err:
         tp.register_plugins()
     assert "pip install tensorrt" in str(err.value) or "tensorrt" in str(err.value).lower()
+
+
+class _Expr:
+    """A ShapeExpr stand-in: a constant dimension."""
+
+    def __init__(self, value):
+        self.value, self.is_constant = value, True
+
+    def constant_value(self):
+        return self.value
+
+
+class _Desc:
+    def __init__(self, shape, dtype):
+        self.shape_expr, self.ndim, self.dtype = [_Expr(d) for d in shape], len(shape), dtype
+
+
+def _stub_tensorrt(monkeypatch):
+    """The few names of ``tensorrt`` / ``tensorrt.plugin`` the plugin definitions touch; the decorators record
+    the functions (the real wiring, with libnvinfer, is a ``trt`` test)."""
+    trt = types.ModuleType("tensorrt")
+    trt.float32, trt.float16, trt.bfloat16, trt.int64 = "fp32", "fp16", "bf16", "int64"
+    trtp = types.ModuleType("tensorrt.plugin")
+    recorded = {}
+
+    def decorator(kind):
+        return lambda plugin_id: lambda fn: recorded.setdefault((kind, plugin_id), fn)
+
+    trtp.register, trtp.autotune, trtp.aot_impl = decorator("register"), decorator("autotune"), decorator("aot_impl")
+    trtp.TensorDesc = _Desc
+    trtp.from_shape_expr = lambda shape, dtype: (list(shape), dtype)
+    trtp.AutoTuneCombination = lambda types_, layout: types_
+    trtp.KernelLaunchParams = types.SimpleNamespace
+    trtp.SymIntExprs = lambda n: [None] * n
+    trtp.SymInt32 = int
+    trt.plugin = trtp
+    monkeypatch.setitem(sys.modules, "tensorrt", trt)
+    monkeypatch.setitem(sys.modules, "tensorrt.plugin", trtp)
+    monkeypatch.setattr(tp, "require_tensorrt", lambda what: None)
+    monkeypatch.setattr(tp, "_registered", False)
+    return recorded
+
+
+def test_registration_defines_three_functions_per_op_from_its_spec(monkeypatch):
+    recorded = _stub_tensorrt(monkeypatch)
+    compiled = []
+    monkeypatch.setattr(
+        tp,
+        "compile_variant",
+        lambda v, arch: (
+            compiled.append((v, arch))
+            or types.SimpleNamespace(kernel_name=f"k_{v.op}", ptx="ptx", num_warps=v.plan.num_warps, shared_mem=1024)
+        ),
+    )
+    monkeypatch.setattr(tp.torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    tp.register_plugins()
+    assert {op for _, op in recorded} == {f"deploytk::{op}" for op in tp.PLUGIN_OPS} and len(recorded) == 3 * len(tp.PLUGIN_OPS)
+    inputs, attrs = tp.plugin_signature("ToMeMatch")
+    register, aot_impl = recorded[("register", "deploytk::ToMeMatch")], recorded[("aot_impl", "deploytk::ToMeMatch")]
+    assert list(inspect.signature(register).parameters) == inputs + list(attrs)
+    assert list(inspect.signature(aot_impl).parameters) == inputs + list(attrs) + ["outputs", "tactic"]
+    assert list(inspect.signature(recorded[("autotune", "deploytk::ToMeMatch")]).parameters) == inputs + ["outputs"]
+    assert inspect.signature(register).parameters["r"].annotation == np.typing.NDArray[np.int32]
+    fields = {name: np.array([v], dtype=np.int32) for name, v in {"r": 16, "protected": 1, "sort_unmerged": 1, "tokens": 197}.items()}
+    metric = _Desc([8, 197, 64], "fp16")
+    shape, dtype = register(metric, **fields)
+    assert [getattr(d, "value", d) for d in shape] == [8, 197] and dtype == "int64"
+    name, ptx, params, extra = aot_impl(metric, *fields.values(), (), 0)
+    ((variant, arch),) = compiled
+    assert name == "k_ToMeMatch" and arch == "sm_90" and variant.dtype == "fp16" and extra == [197, 64, 16, 1]
+    assert params.block_x == 32 * variant.plan.num_warps and (params.grid_y, params.grid_z) == (1, 1)
 
 
 @pytest.mark.trt
@@ -184,37 +314,3 @@ def test_plugins_register_with_tensorrt():
     registry = trt.get_plugin_registry()
     for op in tp.PLUGIN_OPS:
         assert registry.get_creator(op, tp.PLUGIN_VERSION, tp.PLUGIN_NAMESPACE) is not None, op
-
-
-def _decorated_signatures() -> dict:
-    """(decorator, op) -> parameter names of each function in register_plugins, read from the source (no TensorRT needed)."""
-    import ast
-    import inspect
-
-    tree = ast.parse(inspect.getsource(tp))
-    found = {}
-    for fn in ast.walk(tree):
-        if isinstance(fn, ast.FunctionDef):
-            for dec in fn.decorator_list:
-                if (
-                    isinstance(dec, ast.Call)
-                    and isinstance(dec.func, ast.Attribute)
-                    and dec.func.attr in ("register", "autotune", "aot_impl")
-                ):
-                    op = ast.unparse(dec.args[0]).split("::")[-1].rstrip("\"'")
-                    found[(dec.func.attr, op)] = [a.arg for a in fn.args.args]
-    return found
-
-
-def test_plugin_signatures_match_the_onnx_nodes():
-    """TensorRT passes every declared attribute (register: by name; aot_impl: positionally, then outputs, tactic)."""
-    from deploytk.ops import OPS
-
-    sigs = _decorated_signatures()
-    for op in tp.PLUGIN_OPS:
-        fn = OPS[op].onnx_function.to_function_proto()
-        inputs, attrs = list(fn.input), [a for a in fn.attribute if a not in ("plugin_namespace", "plugin_version")]
-        attrs += [a.name for a in fn.attribute_proto if a.name not in ("plugin_namespace", "plugin_version")]
-        assert sigs[("register", op)] == inputs + attrs, op
-        assert sigs[("aot_impl", op)] == inputs + attrs + ["outputs", "tactic"], op
-        assert sigs[("autotune", op)] == inputs + ["outputs"], op

@@ -27,8 +27,7 @@ def _digit_batches(n=32, batch=8):
 
 
 def test_probed_model_exposes_every_matching_node(digits_mctf):
-    model_bytes, probes = probed_model(digits_mctf / "model.onnx")
-    model = onnx.load_from_string(model_bytes)
+    model, probes = probed_model(digits_mctf / "model.onnx")
     assert [p.op for p in probes] == ["MctfMatch"] * 11  # blocks 1..11
     outputs = {o.name for o in model.graph.output}
     assert all(p.dest in outputs and set(p.inputs) <= outputs for p in probes)

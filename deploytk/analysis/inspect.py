@@ -1,0 +1,66 @@
+"""`deploytk inspect`: a config's token schedule, method options and GFLOPs, without weights or export.
+
+The same summaries go into every export's manifest.
+"""
+
+from __future__ import annotations
+
+from deploytk.analysis.flops import count_flops
+from deploytk.config import DeployConfig
+from deploytk.merging.merged_vit import MergedViT
+from deploytk.methods import get_method
+from deploytk.models import build_reference
+from deploytk.progress import SILENT, Progress
+
+
+def img_size_of(model: MergedViT) -> tuple[int, int]:
+    return tuple(int(v) for v in model.vit.patch_embed.img_size)
+
+
+def schedule_summary(model: MergedViT) -> dict:
+    s = model.schedule
+    return {
+        "requested_r": s.requested_r,
+        "effective_r": s.effective_r,
+        "tokens_per_layer": s.tokens,
+        "tokens_out": s.tokens_out,
+        "protected_tokens": s.protected,
+        "capped": s.capped,
+    }
+
+
+def method_summary(cfg: DeployConfig) -> dict:
+    """The method with every option resolved (defaults filled in), for the manifest."""
+    method = get_method(cfg.merge.method)
+    return {"name": method.name, "summary": method.summary, "options": method.parse_options(cfg.merge.options).model_dump(mode="json")}
+
+
+def flops_summary(model: MergedViT) -> dict:
+    img = img_size_of(model)
+    merged = count_flops(model, img)
+    dense = count_flops(MergedViT.dense(model.vit, model.prop_attn), img)  # same weights, no reduction
+    return {
+        "gflops": round(merged.total_gflops, 4),
+        "gflops_per_layer": [round(v, 4) for v in merged.per_block_gflops],
+        "gflops_outside_blocks": round(merged.other_gflops, 4),
+        "dense_gflops": round(dense.total_gflops, 4),
+        "flop_reduction": round(dense.total_gflops / merged.total_gflops, 4),
+    }
+
+
+def inspect_config(cfg: DeployConfig, progress: Progress = SILENT) -> dict:
+    """Schedule and FLOPs of ``cfg`` with random weights (they do not change either)."""
+    cfg = cfg.model_copy(update={"checkpoint": None, "pretrained": False})
+    progress.step("building the model")
+    model = build_reference(cfg)
+    progress.step("counting FLOPs")
+    flops = flops_summary(model)
+    return {
+        "model": cfg.model,
+        "method": cfg.merge.method,
+        "r": cfg.merge.model_dump(mode="json")["r"],
+        "prop_attn": cfg.merge.prop_attn,
+        "method_options": method_summary(cfg)["options"],
+        **schedule_summary(model),
+        **flops,
+    }

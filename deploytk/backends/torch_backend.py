@@ -1,0 +1,53 @@
+"""PyTorch: the reference model itself, on the GPU when there is one (the deploytk ops then run as the
+Triton kernels), else on the CPU. For latency only: it computes the reference, so it validates nothing.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from deploytk.backends.base import Backend, LoadedModel, host_timer, seeded_batch
+from deploytk.errors import DeploytkError
+from deploytk.export.baseline import dense_model
+from deploytk.merging.precision import to_precision
+from deploytk.models import build_reference
+from deploytk.progress import SILENT, Progress
+
+
+class TorchModel(LoadedModel):
+    def __init__(self, module: torch.nn.Module, img_size, device: str):
+        self.module = module.eval()
+        self.img_size = tuple(img_size)
+        self.device = device
+
+    def run(self, batch):
+        with torch.inference_mode():
+            return {"logits": self.module(torch.from_numpy(batch).to(self.device)).float().cpu().numpy()}
+
+    def timer(self, batch_size):
+        sync = torch.cuda.synchronize if self.device == "cuda" else (lambda: None)
+
+        def run(x):
+            with torch.inference_mode():
+                self.module(x)
+
+        return host_timer(run, torch.from_numpy(seeded_batch(batch_size, self.img_size)).to(self.device), sync)
+
+
+class TorchBackend(Backend):
+    name = "torch"
+    runs_onnx = False
+    validates = False
+
+    def device(self) -> str:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
+    def load(self, artifact, batch_sizes, graph=None, progress: Progress = SILENT) -> TorchModel:
+        raise DeploytkError("backend torch runs the PyTorch reference itself: there is nothing to validate against it.")
+
+    def load_for_timing(self, artifact, batch_sizes, progress: Progress = SILENT) -> tuple[TorchModel, TorchModel]:
+        device, precision = self.device(), artifact.precision
+        merged = build_reference(artifact.config)
+        dense = dense_model(merged, precision).to(device)
+        merged = to_precision(merged, precision).to(device)
+        return TorchModel(merged, artifact.img_size, device), TorchModel(dense, artifact.img_size, device)

@@ -1,0 +1,288 @@
+"""deploytk: deploy token-reducing Vision Transformers to ONNX Runtime and TensorRT.
+
+Commands: export | validate | profile | inspect | methods | calibrate | eval | build | selftest
+| plugins compile | doctor. Each parses its options, calls one library function and prints the
+result (``render``). Every command exits 0 on success; a DeploytkError prints one paragraph to stderr and exits
+2 (validate and selftest exit 1 when their check fails). ``--json`` prints exactly one JSON
+object on stdout and nothing else there; progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from pathlib import Path
+
+import typer
+from deploytk_plugins.aot import ARCHES, compile_all
+
+from deploytk.analysis.inspect import inspect_config
+from deploytk.backends import BACKENDS, DEFAULT_BACKEND
+from deploytk.build.builder import build_engine
+from deploytk.build.options import build_options
+from deploytk.calibrate import calibrate_config
+from deploytk.cli import render
+from deploytk.cli.render import RichProgress, emit_json, fail
+from deploytk.config import DEFAULT_CONFIG, load_config_with_overrides
+from deploytk.doctor import environment_report
+from deploytk.errors import DeploytkError
+from deploytk.evaluate.accuracy import evaluate, scan_image_folder
+from deploytk.export.pipeline import run_export
+from deploytk.methods import describe_methods
+from deploytk.ops.selftest import run_selftest
+from deploytk.profile.profiler import parse_batch_sizes
+from deploytk.profile.profiler import profile as run_profile
+from deploytk.validate.validator import run_validation
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, help=__doc__.splitlines()[0])
+plugins_app = typer.Typer(no_args_is_help=True, help="TensorRT plugin kernels (AOT Triton).")
+app.add_typer(plugins_app, name="plugins")
+JSON = typer.Option(False, "--json", help="Print the result as one JSON object on stdout.")
+
+
+def handle_errors(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except DeploytkError as err:
+            fail(str(err))
+        except KeyboardInterrupt:
+            fail("interrupted; nothing was written.", 130)
+
+    return wrapper
+
+
+@app.command()
+@handle_errors
+def export(
+    config: Path = typer.Argument(DEFAULT_CONFIG, help="Export config YAML."),
+    checkpoint: Path | None = typer.Option(None, help=".safetensors or .pth state_dict to load."),
+    output: Path | None = typer.Option(None, help="Artifact directory (default artifacts/<config stem>/)."),
+    model: str | None = typer.Option(None, help="Override `model` (a timm ViT name)."),
+    method: str | None = typer.Option(None, help="Override `merge.method`."),
+    r: str | None = typer.Option(None, "--r", help="Override `merge.r`: 16 | 8,8,4 | 16:-1 (r:inflection)."),
+    precision: str | None = typer.Option(None, help="Override `export.precision`: fp32 | fp16 | bf16 (precision lives in the graph)."),
+    json_out: bool = JSON,
+):
+    """Export CONFIG to DIR/model.onnx + DIR/manifest.json (written atomically)."""
+    overrides = {"checkpoint": str(checkpoint) if checkpoint else None, "model": model, "method": method, "r": r, "precision": precision}
+    cfg = load_config_with_overrides(config, **overrides)
+    output = output or Path("artifacts") / config.stem
+    with RichProgress() as progress:
+        manifest = run_export(cfg, output, progress)
+    render.export(cfg, output, manifest, json_out)
+
+
+@app.command()
+@handle_errors
+def validate(
+    directory: Path = typer.Argument(..., help="Artifact directory written by `deploytk export`."),
+    backend: str = typer.Option(DEFAULT_BACKEND, help=" | ".join(n for n, b in BACKENDS.items() if b.validates)),
+    images: Path | None = typer.Option(None, help="Folder of real images (default: 64 seeded synthetic images)."),
+    num_images: int = typer.Option(64, help="Images to compare."),
+    batch_size: int = typer.Option(8, help="Batch size of the comparison runs."),
+    atol: float | None = typer.Option(None, help="Absolute tolerance on logits [fp32 1e-4, fp16 5e-2, bf16 0.2]."),
+    rtol: float | None = typer.Option(None, help="Relative tolerance on logits [fp32 1e-4, fp16 5e-2, bf16 0.2]."),
+    min_cosine: float | None = typer.Option(None, help="Minimum per-image cosine similarity [fp32 0.99999, fp16 0.999, bf16 0.995]."),
+    min_top1: float | None = typer.Option(None, help="Minimum top-1 agreement, a fraction [fp32 1.0, fp16 0.99, bf16 0.98]."),
+    max_branch_flips: float | None = typer.Option(
+        None,
+        help="Largest fraction of images allowed to take a different matching/selection choice at a proven near-tie "
+        "[fp32 0.1, fp16/bf16 0.5].",
+    ),
+    json_out: bool = JSON,
+):
+    """Compare a backend's outputs with the PyTorch reference; exit 0 = pass, 1 = fail.
+
+    The reference is the fp32 PyTorch model; default tolerances depend on the artifact's
+    export.precision (in brackets below).
+
+    An image outside tolerance on a model with matching/selection ops is diagnosed: if the
+    backend's first different choice was made on inputs equal to the reference's within
+    tolerance, and the reference replayed with the backend's choices matches it, the image
+    counts as a near-tie branch flip (listed in the report) and is checked against the replay.
+    """
+    tolerances = {
+        "atol": atol,
+        "rtol": rtol,
+        "min_cosine": min_cosine,
+        "min_top1_agreement": min_top1,
+        "max_branch_flips": max_branch_flips,
+    }
+    with RichProgress() as progress:
+        report, tol = run_validation(
+            directory, backend, images=images, num_images=num_images, batch_size=batch_size, progress=progress, **tolerances
+        )
+    render.validation(directory, report, tol, images is not None, json_out)
+    raise typer.Exit(0 if report.passed else 1)
+
+
+@app.command()
+@handle_errors
+def profile(
+    directory: Path = typer.Argument(..., help="Artifact directory written by `deploytk export`."),
+    backend: str = typer.Option(DEFAULT_BACKEND, help=" | ".join(BACKENDS)),
+    batch_sizes: str = typer.Option("1,8", help="Comma-separated batch sizes, e.g. 1,8,32."),
+    warmup: int = typer.Option(5, help="Warm-up runs per model and batch size."),
+    iterations: int = typer.Option(20, help="Timed runs per model and batch size (alternating)."),
+    json_out: bool = JSON,
+):
+    """Latency of the merged model and of the same weights without merging, measured in one run."""
+    with RichProgress() as progress:
+        result = run_profile(directory, backend, parse_batch_sizes(batch_sizes), warmup, iterations, progress)
+    render.profile(result, json_out)
+
+
+@app.command()
+@handle_errors
+def inspect(
+    config: Path = typer.Argument(DEFAULT_CONFIG, help="Export config YAML."),
+    model: str | None = typer.Option(None, help="Override `model`."),
+    method: str | None = typer.Option(None, help="Override `merge.method`."),
+    r: str | None = typer.Option(None, "--r", help="Override `merge.r`."),
+    json_out: bool = JSON,
+):
+    """Token schedule and GFLOPs (fvcore convention) per layer and in total; no weights needed."""
+    cfg = load_config_with_overrides(config, model=model, method=method, r=r)
+    with RichProgress() as progress:
+        report = inspect_config(cfg, progress)
+    render.inspect(report, json_out)
+
+
+@app.command()
+@handle_errors
+def methods(
+    json_out: bool = JSON,
+    markdown: bool = typer.Option(False, "--markdown", help="Print the methods as the README's Markdown table."),
+):
+    """List the token-reduction methods (`merge.method`) with their options (`merge.options`)."""
+    render.methods(describe_methods(), json_out, markdown)
+
+
+@app.command()
+@handle_errors
+def calibrate(
+    config: Path = typer.Argument(..., help="Config YAML with `merge.method: atm`."),
+    images: Path | None = typer.Option(None, help="Folder of calibration images (timm preprocessing)."),
+    synthetic: int | None = typer.Option(None, help="Use N seeded synthetic images instead of --images."),
+    num_images: int = typer.Option(256, help="Calibration images taken from --images."),
+    batch_size: int = typer.Option(16, help="Calibration batch size (ATM's r is adaptive per batch)."),
+    quantile: float = typer.Option(0.5, help="Per-layer statistic over batches: this quantile of ATM's r (0.5 = median)."),
+    output: Path | None = typer.Option(None, help="New config path (default: CONFIG's folder/<stem>_calibrated.yaml)."),
+    json_out: bool = JSON,
+):
+    """Run ATM dynamically on calibration data and write a config with a fixed per-layer schedule."""
+    with RichProgress() as progress:
+        report = calibrate_config(
+            config,
+            images=images,
+            synthetic=synthetic,
+            num_images=num_images,
+            batch_size=batch_size,
+            quantile=quantile,
+            output=output,
+            progress=progress,
+        )
+    render.calibration(config, report, json_out)
+
+
+@app.command()
+@handle_errors
+def build(
+    directory: Path = typer.Argument(..., help="Artifact directory written by `deploytk export`."),
+    batch: str = typer.Option("1,8,64", help="Optimization profile of the batch: min,opt,max (or one value)."),
+    merge_impl: str = typer.Option("plugin", help="plugin (deploytk's AOT kernels) | native (TensorRT inlines the ONNX bodies)."),
+    attention_impl: str = typer.Option("plugin", help="plugin (deploytk's kernel) | native (TensorRT's fused attention, log(size) mask)."),
+    opt_level: int = typer.Option(3, help="TensorRT builder optimization level 0..5."),
+    timing_cache: Path = typer.Option(None, help="Timing cache file, read if present and updated after the build."),
+    baseline: bool = typer.Option(
+        True, help="Also build the unmerged model the same way (baseline.engine), which `profile --backend trt` compares against."
+    ),
+    json_out: bool = JSON,
+):
+    """Build DIR/model.engine (+ baseline.engine, engine.json) with TensorRT and the deploytk plugins (needs TensorRT and a GPU)."""
+    options = build_options(
+        batch,
+        merge_impl=merge_impl,
+        attention_impl=attention_impl,
+        opt_level=opt_level,
+        timing_cache=str(timing_cache) if timing_cache else None,
+        baseline=baseline,
+    )
+    with RichProgress(not json_out) as progress:
+        record = build_engine(directory, options, progress)
+    render.build(directory, record, json_out)
+
+
+@app.command("eval")
+@handle_errors
+def eval_accuracy(
+    config: Path = typer.Argument(..., help="Export config YAML (model, weights, merge schedule)."),
+    data: Path = typer.Option(..., "--data", help="ImageFolder tree DIR/<class>/<image>; classes = sorted folder names."),
+    artifacts: Path | None = typer.Option(
+        None, "--artifacts", help="Existing `deploytk export` directory of CONFIG (default: export to a temp dir)."
+    ),
+    batch_size: int = typer.Option(64, "--batch-size", help="Images per batch."),
+    limit: int | None = typer.Option(None, "--limit", help="Evaluate only N images (class-interleaved, deterministic)."),
+    json_out: bool = JSON,
+):
+    """Top-1/top-5 on an ImageFolder of the unmerged model, the merged reference and ONNX Runtime, with GFLOPs."""
+    if batch_size < 1:
+        raise DeploytkError(f"--batch-size {batch_size}: must be an int >= 1.")
+    scan_image_folder(data, limit)  # bad --data / --limit fail before the config is read
+    cfg = load_config_with_overrides(config)
+    with RichProgress() as progress:
+        report = evaluate(cfg, data, artifacts=artifacts, batch_size=batch_size, limit=limit, config_name=str(config), progress=progress)
+    render.evaluation(config, report, json_out)
+
+
+@app.command()
+@handle_errors
+def selftest(
+    json_out: bool = typer.Option(
+        False, "--json", help='Print {"cases": [{"op", "dtype", "shape", "max_abs_err", "passed"}, ...]} on stdout.'
+    ),
+    seed: int = typer.Option(0, help="Seed of the randomized shapes and inputs."),
+):
+    """Run every Triton kernel against the PyTorch reference (GPU natively; CPU via TRITON_INTERPRET=1)."""
+    with RichProgress(not json_out) as progress:
+        report = run_selftest(seed, progress)
+    render.selftest(report, json_out)
+    raise typer.Exit(0 if report["passed"] else 1)
+
+
+@plugins_app.command("compile")
+@handle_errors
+def plugins_compile(
+    arch: str = typer.Option(..., help=f"GPU architecture: {' | '.join(ARCHES)}."),
+    output: Path = typer.Option(..., help="Directory for the .ptx files and kernels.json (replaced atomically)."),
+    json_out: bool = typer.Option(False, "--json", help="Print kernels.json on stdout."),
+):
+    """Compile every plugin kernel ahead of time to PTX (no GPU needed)."""
+    with RichProgress(not json_out) as progress:
+        index = compile_all(arch, output, progress=progress)
+    render.plugins_compile(arch, output, index, json_out)
+
+
+@app.command()
+@handle_errors
+def doctor(json_out: bool = JSON):
+    """Report versions, ONNX Runtime providers, GPU and TensorRT availability."""
+    report = environment_report()
+    if json_out:
+        emit_json(report)
+    else:
+        render.doctor(report)
+
+
+def main():  # console-script entry point
+    # fvcore's tracer and torch.onnx emit deprecation chatter that says nothing to a user
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", category=UserWarning)
+    app()
+
+
+if __name__ == "__main__":
+    main()

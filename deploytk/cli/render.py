@@ -1,0 +1,294 @@
+"""What the CLI prints: one function per command (a rich table or JSON on stdout), progress and errors on stderr."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from deploytk import progress as library_progress
+from deploytk.validate.validator import near_tied_logits
+
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+out_console = Console(highlight=False, soft_wrap=True)
+
+
+def fail(message: str, code: int = 2):
+    err_console.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def emit_json(obj: dict) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2) + "\n")
+
+
+class RichProgress(library_progress.Progress):
+    """The library's progress on stderr: a spinner with the current step, a bar for counted phases."""
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled
+        self._bar = None
+
+    def __enter__(self) -> RichProgress:
+        if self.enabled:
+            columns = (SpinnerColumn(), TextColumn("[cyan]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+            self._bar = Progress(*columns, console=err_console, transient=True)
+            self._bar.__enter__()
+            self._task = self._bar.add_task("starting", total=None)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(*exc)
+
+    def step(self, message: str) -> None:
+        if self._bar is not None:
+            self._bar.reset(self._task, total=None, description=f"{message}...")
+
+    def start(self, total: int, message: str) -> None:
+        if self._bar is not None:
+            self._bar.reset(self._task, total=total, description=message)
+
+    def advance(self) -> None:
+        if self._bar is not None:
+            self._bar.advance(self._task)
+
+
+def _table(title: str, columns, **kwargs) -> Table:
+    table = Table(title=title, **kwargs)
+    for col in columns:
+        table.add_column(col)
+    return table
+
+
+def export(cfg, output: Path, manifest: dict, json_out: bool) -> None:
+    if json_out:
+        return emit_json({"output": str(output), **manifest})
+    s = manifest["schedule"]
+    out_console.print(
+        f"[green]exported[/] {cfg.model} ({cfg.merge.method}, r={cfg.merge.model_dump(mode='json')['r']}) -> {output}/model.onnx "
+        f"in {manifest['onnx']['export_seconds']} s ({cfg.export.precision})\n"
+        f"  tokens per layer: {s['tokens_per_layer']} -> {s['tokens_out']}\n"
+        f"  GFLOPs: {manifest['gflops']:.2f} (unmerged {manifest['dense_gflops']:.2f})   custom ops: {manifest['custom_ops']}"
+    )
+    if s["capped"]:
+        out_console.print(f"  [yellow]note:[/] r was capped per layer (ToMe's rule): effective r = {s['effective_r']}")
+
+
+def validation(directory: Path, report, tol, real_images: bool, json_out: bool) -> None:
+    if json_out:
+        return emit_json(report.to_dict())
+    title = f"{directory}: {report.backend} ({report.precision}) vs fp32 PyTorch reference ({report.num_images} images)"
+    table = _table(title, ("metric", "value", "tolerance"))
+    table.add_row("max |logit diff|", f"{report.max_abs_diff:.3e}", f"<= {tol.atol:g} + {tol.rtol:g}*|ref|")
+    table.add_row("max diff / max |logit|", f"{report.max_rel_diff:.3e}", "")
+    table.add_row("min cosine similarity", f"{report.cosine_similarity_min:.7f}", f">= {tol.min_cosine}")
+    table.add_row("top-1 agreement", f"{100 * report.top1_agreement:.2f}%", f">= {100 * tol.min_top1_agreement:.2f}%")
+    out_console.print(table)
+    if report.emulation:
+        out_console.print(f"[yellow]note:[/] {report.emulation}.")
+    if report.top1_flips:
+        _top1_flips(report, tol)
+    if report.branch_flips:
+        _branch_flips(report)
+        if report.precision != "fp32" and not real_images:
+            out_console.print(
+                "[yellow]note:[/] a low-precision graph flips near-ties far more often on the synthetic noise "
+                "images than on real ones; validate with --images DIR for a representative answer."
+            )
+    failed = ", ".join(k for k, v in report.checks.items() if not v)
+    out_console.print("[bold green]PASS[/]" if report.passed else f"[bold red]FAIL[/]: {failed}")
+
+
+def _top1_flips(report, tol) -> None:
+    flips = report.top1_flips
+    shown = ", ".join(f"#{f['image']} ({f['reference_top1']}->{f['backend_top1']}, margin {f['reference_margin']:.2e})" for f in flips[:5])
+    more = " ..." if len(flips) > 5 else ""
+    out_console.print(f"top-1 flips (image, reference->backend class, reference logit margin): {shown}{more}")
+    if all(near_tied_logits(f, tol) for f in flips):
+        out_console.print(
+            "[yellow]note:[/] every flipped image's two classes are closer in the reference than the logit tolerance "
+            "allows either to move (near-tied logits, typical of random weights); validate a real checkpoint "
+            "with --images DIR for a representative top-1 agreement."
+        )
+
+
+def _branch_flips(report) -> None:
+    columns = ("image", "first flip", "moved", "input Δ", "op agrees", "replay Δ", "near-tie")
+    flips = _table("images that took a different matching/selection choice than the reference", columns)
+    for f in report.branch_flips:
+        where = f"{f['op']} #{f['call']}" if f["op"] else "none (same choices)"
+        flips.add_row(
+            str(f["image"]),
+            where,
+            str(f["tokens_changed"]),
+            f"{f['input_rel_diff']:.1e}",
+            "yes" if f["op_reproduces_backend"] else "no",
+            f"{f['replay_max_abs_diff']:.1e}",
+            "[green]yes[/]" if f["explained"] else "[red]no[/]",
+        )
+    out_console.print(flips)
+    sb = report.same_branch
+    out_console.print(
+        f"against the reference replayed on the backend's choices: max |logit diff| {sb['max_abs_diff']:.3e}, "
+        f"min cosine {sb['cosine_similarity_min']:.7f}, top-1 {100 * sb['top1_agreement']:.2f}%"
+    )
+
+
+def profile(result: dict, json_out: bool) -> None:
+    if json_out:
+        return emit_json(result)
+    device = result["device"].get("gpu") or result["device"].get("cpu", "")
+    title = f"{result['model']} {result['method']} r={result['r']} {result['precision']} on {result['device']['backend']} ({device})"
+    table = _table(title, ())
+    for col in ("batch", "merged p50 ms", "p90", "p99", "mean", "img/s", "dense p50 ms", "speedup"):
+        table.add_column(col, justify="right")
+    for row in result["results"]:
+        lat, dense = row["latency_ms"], row["dense"]["latency_ms"]
+        cells = [lat["p50"], lat["p90"], lat["p99"], lat["mean"]]
+        table.add_row(
+            str(row["batch_size"]),
+            *(f"{v:.2f}" for v in cells),
+            f"{row['throughput']:.1f}",
+            f"{dense['p50']:.2f}",
+            f"{row['speedup_vs_dense']:.2f}x",
+        )
+    out_console.print(table)
+
+
+def inspect(report: dict, json_out: bool) -> None:
+    if json_out:
+        return emit_json(report)
+    table = _table(f"{report['model']}  {report['method']}  r={report['r']}", ())
+    for col in ("block", "tokens in", "r", "GFLOPs"):
+        table.add_column(col, justify="right")
+    for i, (t, rr, g) in enumerate(zip(report["tokens_per_layer"], report["effective_r"], report["gflops_per_layer"], strict=True)):
+        table.add_row(str(i), str(t), str(rr), f"{g:.3f}")
+    out_console.print(table)
+    shown = {k: v for k, v in report["method_options"].items() if k != "calibration"}
+    if shown:
+        out_console.print(f"{report['method']} options: " + ", ".join(f"{k}={v}" for k, v in shown.items()))
+    out_console.print(
+        f"total {report['gflops']:.2f} GFLOPs (unmerged {report['dense_gflops']:.2f}, {report['flop_reduction']:.2f}x fewer); "
+        f"tokens out of the last block: {report['tokens_out']}"
+    )
+    if report["capped"]:
+        out_console.print(
+            f"[yellow]note:[/] r capped per layer (ToMe's rule): requested {report['requested_r']}, effective {report['effective_r']}"
+        )
+
+
+def methods(report: list[dict], json_out: bool, markdown: bool) -> None:
+    if json_out:
+        return emit_json({"methods": report})
+    if markdown:
+        return sys.stdout.write(methods_markdown(report))
+    table = _table(
+        "token-reduction methods (merge.method / merge.options)", ("method", "what it does", "options (default)"), show_lines=True
+    )
+    for m in report:
+        opts = "\n".join(f"{o['name']} = {o['default']!r}: {o['description']}" for o in m["options"]) or "-"
+        r_note = "" if m["uses_r"] else " Uses keep_rate, not merge.r."
+        table.add_row(m["name"], f"{m['summary']}.{r_note}\nops: {', '.join(m['ops'])}", opts)
+    out_console.print(table)
+
+
+def methods_markdown(report: list[dict]) -> str:
+    """The README's methods table (a test holds the README to it)."""
+    lines = ["| `merge.method` | what it does | schedule | custom ops | `merge.options` (default) |", "|---|---|---|---|---|"]
+    for m in report:
+        opts = "<br>".join(f"`{o['name']}` = `{o['default']!r}`: {o['description']}" for o in m["options"]) or "-"
+        schedule = "`merge.r`" if m["uses_r"] else "`keep_rate` at `layers`"
+        lines.append(f"| `{m['name']}` | {m['summary']} | {schedule} | {', '.join(m['ops'])} | {opts} |")
+    return "\n".join(lines) + "\n"
+
+
+def calibration(config: Path, report: dict, json_out: bool) -> None:
+    if json_out:
+        return emit_json(report)
+    out_console.print(
+        f"[green]calibrated[/] {config} -> {report['output']}\n  r per layer: {report['r']}\n"
+        f"  from {report['images']} images in {report['batches']} batches ({report['source']}); {report['statistic']}"
+    )
+
+
+def build(directory: Path, record: dict, json_out: bool) -> None:
+    if json_out:
+        return emit_json(record)
+    out_console.print(
+        f"[green]built[/] {directory / 'model.engine'} in {record['build_seconds']} s "
+        f"(TensorRT {record['tensorrt']}, {record['gpu']}; plugins: {', '.join(record['plugin_ops']) or 'none'})"
+    )
+
+
+def evaluation(config: Path, report: dict, json_out: bool) -> None:
+    if json_out:
+        return emit_json(report)
+    k = report["topk"]
+    options = report["merge"].get("options") or {}
+    settings = ", ".join(f"{key}={value}" for key, value in options.items()) if options else f"r={report['r']}"
+    title = f"{config}: {report['method']} {settings} on {report['data']} ({report['num_images']} images, {report['num_classes']} classes)"
+    table = _table(title, ("model",))
+    for col in ("top-1", f"top-{k}", "GFLOPs"):
+        table.add_column(col, justify="right")
+    low = report["precision"] + (" emulated" if report["ort_emulation"] else "") if report["precision"] != "fp32" else ""
+    rows = [
+        ("dense (timm, unmerged)", report["dense"], report["dense_gflops"]),
+        ("reference (PyTorch, merged)", report["reference"], report["gflops"]),
+        (f"ONNX Runtime (merged{', ' + low if low else ''})", report["ort"], report["gflops"]),
+    ]
+    for name, acc, gflops in rows:
+        table.add_row(name, f"{100 * acc['top1']:.2f}%", f"{100 * acc['top5']:.2f}%", f"{gflops:.4f}")
+    out_console.print(table)
+    temp = ", ONNX exported to a temporary directory" if report["artifacts"] is None else ""
+    out_console.print(
+        f"ORT vs reference top-1 agreement: {100 * report['agreement']:.2f}%   "
+        f"reference vs dense: {100 * report['reference_vs_dense_agreement']:.2f}%   ({report['seconds']['total']:.1f} s{temp})"
+    )
+
+
+def selftest(report: dict, json_out: bool) -> None:
+    if json_out:
+        return emit_json(report)
+    env = report["environment"]
+    gpu = ", " + env["gpu"] if "gpu" in env else ""
+    table = _table(f"deploytk selftest ({env['mode']}, Triton {env['triton']}{gpu})", ("op", "dtype", "shape", "max err (rel. to scale)"))
+    table.add_column("tolerance")
+    table.add_column("result")
+    for c in report["cases"]:
+        shape = " ".join(f"{k}={v}" for k, v in c["shape"].items())
+        ties = f" ({c['near_ties']} near-tie images)" if c["near_ties"] else ""
+        result = f"[green]pass[/]{ties}" if c["passed"] else "[red]FAIL[/]"
+        table.add_row(c["op"], c["dtype"], shape, f"{c['max_abs_err']:.2e}", f"{c['tolerance']:.0e}", result)
+    out_console.print(table)
+    for dtype, why in env.get("skipped", {}).items():
+        out_console.print(f"skipped {dtype}: {why}")
+    n_fail = sum(not c["passed"] for c in report["cases"])
+    out_console.print("[bold green]PASS[/]" if not n_fail else f"[bold red]FAIL[/]: {n_fail} of {len(report['cases'])} cases")
+
+
+def plugins_compile(arch: str, output: Path, index: dict, json_out: bool) -> None:
+    if json_out:
+        return emit_json(index)
+    for k in index["kernels"]:
+        out_console.print(f"{output / k['file']}  ({k['kernel_name']}, {k['num_warps']} warps, {k['shared_mem']} B shared)")
+    out_console.print(f"[bold green]{len(index['kernels'])} kernels[/] compiled for {arch}; index: {output / 'kernels.json'}")
+
+
+def doctor(report: dict) -> None:
+    table = Table(title="deploytk doctor", show_header=False)
+    table.add_column("what")
+    table.add_column("value")
+    for name, version in report["packages"].items():
+        table.add_row(name, version or "[red]not installed[/]")
+    table.add_row("onnxruntime providers", ", ".join(report["onnxruntime_providers"]))
+    table.add_row("torch CUDA build", str(report["torch_cuda_build"]))
+    table.add_row("GPU", report["gpu"] or "none (CPU only)")
+    table.add_row("triton", report["triton"] or "not installed")
+    table.add_row("TensorRT", report["tensorrt"] or f"[yellow]absent[/]: {report['tensorrt_hint']}")
+    out_console.print(table)

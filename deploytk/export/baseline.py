@@ -1,0 +1,41 @@
+"""The unmerged baseline every speedup is measured against: same weights, same precision.
+
+Exported once per artifact (cached under DIR/.baseline/, keyed by model.onnx's sha256) and
+used by `profile` (ONNX Runtime) and `build` (the baseline engine, built the same way).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+from deploytk.export.artifacts import Artifact
+from deploytk.export.onnx_export import export_model
+from deploytk.files import atomic_file
+from deploytk.merging.merged_vit import MergedViT
+from deploytk.merging.precision import to_precision
+from deploytk.models import build_reference
+
+BASELINE_DIR = ".baseline"
+
+
+def dense_model(merged: MergedViT, precision: str):
+    """timm's model itself in fp32; in low precision the same weights without reduction or
+    proportional attention, cast by the same rules as the merged graph."""
+    if precision == "fp32":
+        return merged.vit
+    return to_precision(MergedViT.dense(copy.deepcopy(merged.vit), prop_attn=False), precision)
+
+
+def baseline_onnx(artifact: Artifact, merged: MergedViT | None = None) -> Path:
+    """DIR/.baseline/dense-<sha>.onnx: the unmerged model exported by torch.onnx (cached)."""
+    manifest = artifact.manifest
+    cache = artifact.directory / BASELINE_DIR / f"dense-{manifest['onnx']['sha256'][:16]}.onnx"
+    if not cache.is_file():
+        cfg = artifact.config
+        merged = merged if merged is not None else build_reference(cfg)
+        with atomic_file(cache) as tmp:
+            export_model(
+                dense_model(merged, cfg.export.precision), artifact.img_size, cfg.export.batch_size, manifest["onnx"]["opset"], tmp
+            )
+    return cache

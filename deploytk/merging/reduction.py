@@ -1,0 +1,103 @@
+"""``Reduction``, the base of every token-reduction method, and the registry methods join with ``@register_method``.
+
+A method is one file in ``deploytk/methods/``: its options (a pydantic model, validated from
+``merge.options``), its static schedule (planned in its own ``__init__`` from the model and the
+config) and what it does to the tokens of a block (``reduce``, between attention and MLP as in
+ToMe, or a whole ``block`` of its own as MCTF needs). The framework (``MergedViT``) runs the
+ViT and calls it; the ops it calls are the deploytk ops, so the method exports as is.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from torch import nn
+
+from deploytk.errors import DeploytkError
+from deploytk.merging.schedule import TokenSchedule
+
+
+class MethodOptions(BaseModel):
+    """``merge.options`` of a method; unknown keys are errors. Field descriptions are the docs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Reduction(nn.Module):
+    """A token-reduction method on a timm ViT. The base class reduces nothing (the dense model).
+
+    A subclass sets the class attributes, validates its model and plans ``self.schedule`` in its
+    ``__init__`` (after ``super().__init__``), and overrides ``reduce`` or ``block``.
+    """
+
+    #: ``merge.method``
+    name: ClassVar[str] = "none"
+    #: one line for `deploytk methods` and the docs
+    summary: ClassVar[str] = "no reduction"
+    Options: ClassVar[type[MethodOptions]] = MethodOptions
+    #: False: the method keeps ``merge.options.keep_rate`` of the tokens and rejects ``merge.r``
+    uses_r: ClassVar[bool] = True
+    #: the deploytk ops its export contains (checked against a trace in the tests)
+    ops: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, vit: nn.Module, r_per_layer: list[int], options: MethodOptions):
+        super().__init__()
+        self.options = options
+        self.depth = len(vit.blocks)
+        #: class + distillation + register tokens: never merged or dropped
+        self.protected = int(vit.num_prefix_tokens)
+        #: tokens entering the first block
+        self.num_tokens = vit.patch_embed.num_patches + self.protected
+        self.schedule = TokenSchedule([0] * self.depth, [0] * self.depth, [self.num_tokens] * self.depth, self.protected)
+
+    def block(self, model, i: int, blk: nn.Module, x, size):
+        """Block ``i``: by default attention (+ residual), ``reduce``, MLP (+ residual)."""
+        return model.standard_block(i, blk, x, size)
+
+    def reduce(self, model, i: int, x, size, metric, cls_attn):
+        """Reduce the tokens of block ``i`` after its attention: ``metric`` is the keys averaged over heads,
+        ``cls_attn`` the class token's attention [B, N] when ``wants_cls_attention(i)``. Returns (x, size)."""
+        return x, size
+
+    def wants_cls_attention(self, i: int) -> bool:
+        return False
+
+    @classmethod
+    def parse_options(cls, options: dict | None, source: str = "merge.options") -> MethodOptions:
+        try:
+            return cls.Options.model_validate(options or {})
+        except ValidationError as err:
+            problems = []
+            for e in err.errors():
+                field = ".".join(str(p) for p in e["loc"])
+                if e["type"] == "extra_forbidden":
+                    allowed = ", ".join(cls.Options.model_fields) or "none"
+                    problems.append(f"unknown option `{source}.{field}` for method {cls.name} (allowed: {allowed})")
+                else:
+                    problems.append(f"`{source}.{field}` = {e.get('input')!r}: {e['msg']}")
+            raise DeploytkError("; ".join(dict.fromkeys(problems)) + ".", hint="`deploytk methods` lists every method's options.") from None
+
+
+def check_layers(layers, depth: int, method: str) -> list[int]:
+    """Sorted distinct block indices, each in [0, depth)."""
+    bad = [i for i in layers if not 0 <= i < depth]
+    if bad:
+        raise DeploytkError(
+            f"`merge.options.layers` = {layers}: {method} block indices must be in [0, {depth - 1}] for this {depth}-block model."
+        )
+    return sorted(set(layers))
+
+
+#: merge.method -> its Reduction class; filled by ``@register_method`` as ``deploytk.methods`` loads
+METHODS: dict[str, type[Reduction]] = {}
+
+
+def register_method(cls: type[Reduction]) -> type[Reduction]:
+    """Class decorator: make ``cls`` available as ``merge.method: <cls.name>``."""
+    if not (isinstance(cls, type) and issubclass(cls, Reduction)) or cls.name in ("", Reduction.name):
+        raise TypeError(f"@register_method needs a Reduction subclass with its own `name`; got {cls!r}.")
+    if cls.name in METHODS and METHODS[cls.name] is not cls:
+        raise TypeError(f"method name {cls.name!r} is registered twice ({METHODS[cls.name].__module__} and {cls.__module__}).")
+    METHODS[cls.name] = cls
+    return cls

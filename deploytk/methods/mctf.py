@@ -1,0 +1,141 @@
+"""``mctf``: multi-criteria token fusion with one-step-ahead attention (Lee et al., CVPR 2024), inference form.
+
+Unlike ToMe, MCTF fuses *before* the block's attention: it computes the attention map of the
+unfused tokens, matches on the block's input tokens with similarity x informativeness x
+size (``deploytk.MctfMatch``), fuses by attention- and size-weighted pooling
+(``TokenAggregate``), and reuses the map, fused the same way, as the block's attention
+("one-step-ahead", approximated as the official code does). Defaults are the official
+``run/eval_deit_*_mctf.sh`` settings (blocks 1-11, taus 1/20/40, bidirectional).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field, StrictBool, StrictFloat, StrictInt
+from timm.models.vision_transformer import ResPostBlock
+
+from deploytk.errors import DeploytkError
+from deploytk.merging.attention import attend, attention_output, attention_probs
+from deploytk.merging.merged_vit import aggregate_size
+from deploytk.merging.reduction import MethodOptions, Reduction, check_layers, register_method
+from deploytk.merging.schedule import TokenSchedule
+
+Number = StrictFloat | StrictInt
+
+
+class MCTFOptions(MethodOptions):
+    layers: list[StrictInt] | None = Field(None, description="blocks that merge (0-based); default: all but the first (official)")
+    tau_sim: Number = Field(1.0, ge=0, description="temperature of the similarity criterion (0 = off)")
+    tau_info: Number = Field(20.0, ge=0, description="temperature of the informativeness criterion (0 = off)")
+    tau_size: Number = Field(40.0, ge=0, description="temperature of the size criterion (0 = off)")
+    bidirection: StrictBool = Field(True, description="bidirectional bipartite matching (r//2 A->B, rest B->A)")
+    pooling: Literal["attention", "size", "mean"] = Field(
+        "attention", description="fusion weights: attention x size (official), size, or plain mean"
+    )
+    one_step_ahead: Literal["approx", "exact", "off"] = Field(
+        "approx",
+        description="approx: reuse the fused attention map (official); exact: recompute attention after fusion; off: fuse after the MLP",
+    )
+    min_tokens: StrictInt = Field(10, ge=1, description="never reduce below this many tokens")
+
+
+def mctf_cap(r: int, tokens: int, protected: int, min_tokens: int) -> int:
+    """MCTF's per-layer r: keep >= min_tokens tokens, then ToMe's (tokens - protected) // 2 cap."""
+    if tokens - r < min_tokens:
+        r = tokens - min_tokens
+    return max(0, min(r, (tokens - protected) // 2))
+
+
+@register_method
+class MCTF(Reduction):
+    name = "mctf"
+    summary = "MCTF: multi-criteria (similarity, informativeness, size) bidirectional fusion with one-step-ahead attention"
+    Options = MCTFOptions
+    ops = ("MctfMatch", "TokenAggregate")
+
+    def __init__(self, vit, r_per_layer: list[int], options: MCTFOptions):
+        super().__init__(vit, r_per_layer, options)
+        self.layers = check_layers(options.layers if options.layers is not None else range(1, self.depth), self.depth, "mctf")
+        if options.one_step_ahead != "exact" and any(isinstance(b, ResPostBlock) for b in vit.blocks):
+            raise DeploytkError(
+                "mctf supports pre-norm blocks only (this model uses ResPostBlock); use one_step_ahead: exact or method tome."
+            )
+        requested = [r if i in self.layers else 0 for i, r in enumerate(r_per_layer)]
+        tokens, effective, t = [], [], self.num_tokens
+        for r in requested:
+            tokens.append(t)
+            e = mctf_cap(r, t, self.protected, options.min_tokens) if r > 0 else 0
+            effective.append(e)
+            t -= e
+        self.schedule = TokenSchedule(requested, effective, tokens, self.protected)
+
+    def block(self, model, i, blk, x, size):
+        r = self.schedule.effective_r[i]
+        if r == 0:
+            return model.standard_block(i, blk, x, size)
+        attn, mode = blk.attn, self.options.one_step_ahead
+        keep_size = size if model.prop_attn else None
+        if mode == "off":  # plain block with an explicit attention map, fusion after the MLP
+            h = blk.norm1(x)
+            q, k, v = _split_qkv(attn, h, "qkv")
+            probs = attention_probs(attn, q, k, keep_size)
+            x = x + blk.drop_path1(blk.ls1(attention_output(attn, attend(probs, v), _gate(attn, h))))
+            x = x + blk.drop_path2(blk.ls2(blk.mlp(blk.norm2(x))))
+            x, size, _ = self._fuse(model, x, size, probs, r, attn_next=False)
+            return x, size
+        q, k = _split_qkv(attn, blk.norm1(x), "qk")
+        probs = attention_probs(attn, q, k, keep_size)
+        x, size, probs_next = self._fuse(model, x, size, probs, r, attn_next=mode == "approx")
+        h = blk.norm1(x)
+        if mode == "approx":  # one-step-ahead: the fused map stands in for the next attention map
+            (v,) = _split_qkv(attn, h, "v")
+            out = attention_output(attn, attend(probs_next, v), _gate(attn, h))
+        else:
+            out = model.attention(attn, h, size)[0]
+        x = x + blk.drop_path1(blk.ls1(out))
+        return x + blk.drop_path2(blk.ls2(blk.mlp(blk.norm2(x)))), size
+
+    def _fuse(self, model, x, size, probs, r: int, attn_next: bool):
+        o = self.options
+        n_out = x.shape[1] - r
+        received = probs.mean(dim=(1, 2))  # attention each token receives
+        taus = (float(o.tau_sim), float(o.tau_info), float(o.tau_size))
+        dest = model.match("mctf_match", x, received, size, r, self.protected, *taus, o.bidirection)
+        if o.pooling == "attention":
+            weight = received[..., None] * size / size.amax(dim=1, keepdim=True)
+        elif o.pooling == "size":
+            weight = size
+        else:
+            weight = torch.ones_like(size)
+        aggregate = torch.ops.deploytk.token_aggregate
+        x_new = aggregate(x, weight, dest, n_out, True)
+        size_new = aggregate_size(size, dest, n_out)
+        probs_next = None
+        if attn_next:
+            b, h, n, _ = probs.shape
+            cols = probs.permute(0, 3, 1, 2).reshape(b, n, h * n)  # key axis first: sum the fused keys
+            cols = aggregate(cols, torch.ones_like(size), dest, n_out, False)
+            rows = cols.reshape(b, n_out, h, n).permute(0, 3, 2, 1).reshape(b, n, h * n_out)  # query axis first
+            rows = aggregate(rows, weight, dest, n_out, True)  # weighted mean of the fused queries
+            probs_next = rows.reshape(b, n_out, h, n_out).permute(0, 2, 1, 3)
+        return x_new, size_new, probs_next
+
+
+def _gate(attn, h):
+    return attn.gate(h).sigmoid() if getattr(attn, "gate", None) is not None else None
+
+
+def _split_qkv(attn, h, which: str):
+    """Only the projections needed (q,k before fusion; v after), as MCTF computes them."""
+    c = attn.attn_dim
+    w, bias = attn.qkv.weight, attn.qkv.bias
+    parts = {"q": slice(0, c), "k": slice(c, 2 * c), "v": slice(2 * c, 3 * c)}
+    lo = parts[which[0]].start
+    hi = parts[which[-1]].stop
+    out = F.linear(h, w[lo:hi], bias[lo:hi] if bias is not None else None)
+    b, n, _ = h.shape
+    heads = out.reshape(b, n, len(which), attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+    return [attn.q_norm(t) if name == "q" else attn.k_norm(t) if name == "k" else t for name, t in zip(which, heads, strict=True)]

@@ -1,0 +1,72 @@
+"""``deploytk.TokenAggregate``: apply an assignment, the one merge op every method shares.
+
+out[b, j] = sum_{i: dest[b,i] = j} w[b,i] x[b,i]  (divided by sum w when ``normalize``).
+Inputs: x [B, N, C], weight [B, N, 1] (fp32), dest [B, N] int64 in [0, tokens_out]
+(tokens_out = dropped). Attributes: tokens_out, normalize. Output [B, tokens_out, C].
+"""
+
+from __future__ import annotations
+
+import torch
+
+from deploytk.errors import DeploytkError
+from deploytk.ops.flop_rules import no_flops
+from deploytk.ops.spec import FLOAT, OpSpec, SelftestPlan, floats, fp32, int64
+from deploytk.ops.token_aggregate.onnx_function import TokenAggregate
+from deploytk.ops.token_aggregate.reference import token_aggregate as reference
+
+
+def check_aggregate_args(x, weight, dest, tokens_out: int) -> None:
+    if x.dim() != 3 or weight.dim() != 3 or dest.dim() != 2:
+        raise DeploytkError(
+            "token_aggregate expects x [B, N, C], weight [B, N, 1] and dest [B, N]; got "
+            f"x {tuple(x.shape)}, weight {tuple(weight.shape)}, dest {tuple(dest.shape)}."
+        )
+    if weight.shape[:2] != x.shape[:2] or weight.shape[2] != 1 or dest.shape != x.shape[:2]:
+        raise DeploytkError(
+            "token_aggregate inputs disagree on batch/token count: "
+            f"x {tuple(x.shape)}, weight {tuple(weight.shape)}, dest {tuple(dest.shape)}."
+        )
+    if dest.dtype != torch.int64:
+        raise DeploytkError(f"token_aggregate: dest must be int64, got {dest.dtype}.")
+    if not 1 <= tokens_out <= x.shape[1]:
+        raise DeploytkError(f"token_aggregate: tokens_out={tokens_out} must be in [1, {x.shape[1]}].")
+
+
+@torch.library.custom_op("deploytk::token_aggregate", mutates_args=())
+def token_aggregate(x: torch.Tensor, weight: torch.Tensor, dest: torch.Tensor, tokens_out: int, normalize: bool) -> torch.Tensor:
+    check_aggregate_args(x, weight, dest, tokens_out)
+    if dest.numel() and (int(dest.min()) < 0 or int(dest.max()) > tokens_out):
+        raise DeploytkError(f"token_aggregate: dest values must be in [0, {tokens_out}].")
+    return reference(x, weight, dest, tokens_out, normalize)
+
+
+@token_aggregate.register_fake
+def _token_aggregate_fake(x, weight, dest, tokens_out, normalize):
+    return x.new_empty(x.shape[0], tokens_out, x.shape[2])
+
+
+def translate(x, weight, dest, tokens_out: int, normalize: bool):
+    return TokenAggregate(x, weight, dest, tokens_out=tokens_out, normalize=int(normalize))
+
+
+def _selftest_calls(draw: dict) -> list:
+    return [
+        ([draw["x"], draw["weight"], draw["dest"], draw["tokens_out"], normalize], {**draw["shape"], "normalize": normalize})
+        for normalize in (True, False)
+    ]
+
+
+SPEC = OpSpec(
+    name="TokenAggregate",
+    torch_op=token_aggregate,
+    onnx_function=TokenAggregate,
+    translation=translate,
+    reference=reference,
+    inputs=(floats("B N C"), fp32("B N 1"), int64("B N")),
+    output=FLOAT,
+    output_shape=lambda shapes, attrs: [shapes[0][0], int(attrs["tokens_out"]), shapes[0][2]],
+    flops=no_flops,
+    kernel="deploytk.ops.token_aggregate.kernel",
+    selftest=SelftestPlan("aggregate", _selftest_calls),
+)

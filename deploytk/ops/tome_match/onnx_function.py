@@ -1,0 +1,75 @@
+"""ONNX function body of ``deploytk.ToMeMatch`` (standard ops only)."""
+
+from onnxscript import FLOAT, INT64, script
+
+from deploytk.ops.onnx_common import SLICE_END, deploytk_opset, op
+
+
+@script(deploytk_opset, default_opset=op)
+def ToMeMatch(
+    metric: FLOAT,
+    r: int,
+    protected: int,
+    sort_unmerged: int,
+    tokens: int,
+    plugin_namespace: str = "deploytk",
+    plugin_version: str = "1",
+) -> INT64:
+    """Scores matmul, ArgMax, TopK, two ScatterElements (unique indices, no reduction).
+
+    Everything but the batch size comes from attributes (``tokens`` is the static N), so a
+    runtime folds the index arithmetic, including the output-slot tables, into constants.
+    """
+    zero = op.Constant(value_ints=[0])
+    one = op.Constant(value_ints=[1])
+    two = op.Constant(value_ints=[2])
+    end = op.Constant(value_ints=[SLICE_END])
+    ax1 = op.Constant(value_ints=[1])
+    last = op.Constant(value_ints=[-1])
+    s0 = op.Constant(value_int=0)
+    s1 = op.Constant(value_int=1)
+    r1 = op.Reshape(op.Constant(value_int=r), one)
+    p1 = op.Reshape(op.Constant(value_int=protected), one)
+    n1 = op.Reshape(op.Constant(value_int=tokens), one)
+    pa = op.Div(op.Add(p1, one), two)  # protected tokens in A (even positions)
+    pb = op.Div(p1, two)  # protected tokens in B (odd positions)
+    na = op.Div(op.Add(n1, one), two)
+    nb = op.Div(n1, two)
+    n_unm = op.Sub(na, r1)
+
+    # Protected A rows may not be sources, protected B columns not destinations: -inf bias.
+    neg_inf = op.Constant(value_float=float("-inf"))
+    zero_f = op.Constant(value_float=0.0)
+    row_block = op.Unsqueeze(op.Less(op.Range(s0, op.Squeeze(na), s1), pa), ax1)  # [Na, 1]
+    col_block = op.Less(op.Range(s0, op.Squeeze(nb), s1), pb)  # [Nb]
+    protect_bias = op.Where(op.Or(row_block, col_block), neg_inf, zero_f)  # [Na, Nb]
+
+    # Cosine-normalised metric, split by alternation: A = even tokens, B = odd tokens.
+    m = op.Div(metric, op.ReduceL2(metric, last, keepdims=1))
+    scores = op.MatMul(op.Slice(m, zero, end, ax1, two), op.Transpose(op.Slice(m, one, end, ax1, two), perm=[0, 2, 1]))
+    scores = op.Add(scores, protect_bias)
+    node_max = op.ReduceMax(scores, last, keepdims=0)
+    node_idx = op.ArgMax(scores, axis=-1, keepdims=0)
+    _, edge_idx = op.TopK(node_max, na, axis=-1, largest=1, sorted=1)
+    src_idx = op.Slice(edge_idx, zero, r1, ax1)  # [B, r]: the r best-matched A tokens
+    unm_idx = op.Slice(edge_idx, r1, end, ax1)  # [B, Na-r]
+    unm_sorted_f, _ = op.TopK(op.Cast(unm_idx, to=1), n_unm, axis=-1, largest=0, sorted=1)
+    do_sort = op.Cast(op.Constant(value_int=sort_unmerged), to=9)
+    unm_idx = op.Where(do_sort, op.Cast(unm_sorted_f, to=7), unm_idx)
+    dst_idx = op.GatherElements(node_idx, src_idx, axis=1)  # [B, r]: their B partners
+
+    # Output slots (reference.tome_slots): protected prefix interleaved, other A, other B.
+    k = op.Range(s0, op.Squeeze(n_unm), s1)
+    unm_slot = op.Where(op.Less(k, pa), op.Mul(k, two), op.Add(op.Sub(k, pa), p1))
+    j = op.Range(s0, op.Squeeze(nb), s1)
+    b_slot = op.Where(op.Less(j, pb), op.Add(op.Mul(j, two), one), op.Add(op.Add(p1, op.Sub(n_unm, pa)), op.Sub(j, pb)))
+    batch = op.Shape(metric, start=0, end=1)
+    dest_a = op.Expand(op.Constant(value_ints=[0]), op.Concat(batch, na, axis=0))
+    dest_a = op.ScatterElements(dest_a, unm_idx, op.Expand(unm_slot, op.Shape(unm_idx)), axis=1)
+    dest_a = op.ScatterElements(dest_a, src_idx, op.Gather(b_slot, dst_idx, axis=0), axis=1)
+    dest_b = op.Expand(b_slot, op.Concat(batch, nb, axis=0))
+
+    # interleave back to token order: [a0, b0, a1, b1, ...]
+    pad_b = op.Pad(dest_b, op.Concat(zero, zero, zero, op.Sub(na, nb), axis=0))  # equal lengths; the pad is sliced off
+    dest = op.Reshape(op.Concat(op.Unsqueeze(dest_a, last), op.Unsqueeze(pad_b, last), axis=-1), op.Concat(batch, op.Mul(na, two), axis=0))
+    return op.Slice(dest, zero, n1, ax1)

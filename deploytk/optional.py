@@ -1,0 +1,43 @@
+"""Probes for the optional dependencies (TensorRT, Triton), so that callers import them lazily.
+
+TensorRT cannot be installed where deploytk is built and needs a GPU; Triton ships with
+Linux CUDA builds of torch but not with every torch. Code that needs either asks here first
+and gets a DeploytkError that says how to install it.
+"""
+
+from __future__ import annotations
+
+from deploytk.errors import DeploytkError
+
+TENSORRT_INSTALL_HINT = (
+    "Install TensorRT >= 10.9 for your CUDA version (e.g. `pip install tensorrt-cu12` or NVIDIA's "
+    "packages) on a machine with an NVIDIA GPU, then check with `deploytk doctor`."
+)
+
+
+def tensorrt_version() -> str | None:
+    """TensorRT's version if its Python bindings and libnvinfer load, else None."""
+    try:
+        import tensorrt  # optional: only present on GPU machines with TensorRT
+    except Exception:
+        return None
+    return getattr(tensorrt, "__version__", "unknown")
+
+
+def require_tensorrt(what: str) -> None:
+    if tensorrt_version() is None:
+        raise DeploytkError(f"{what} needs TensorRT, which is not installed or cannot load here.", hint=TENSORRT_INSTALL_HINT)
+
+
+def triton_version() -> str | None:
+    """Triton's version if it imports, else None."""
+    try:
+        import triton  # optional: Linux CUDA builds of torch bring it
+    except ImportError:
+        return None
+    return triton.__version__
+
+
+def require_triton(what: str) -> None:
+    if triton_version() is None:
+        raise DeploytkError(f"{what} needs Triton (`pip install triton`).")
