@@ -66,12 +66,19 @@ def _table(title: str, columns, **kwargs) -> Table:
     return table
 
 
+def _settings(r, options: dict) -> str:
+    """What a schedule is set by: r for the r methods, the options for the keep-rate ones (which have no r)."""
+    shown = {k: v for k, v in options.items() if k != "calibration"}
+    return f"r={r}" if r is not None else ", ".join(f"{k}={v}" for k, v in shown.items())
+
+
 def export(cfg, output: Path, manifest: dict, json_out: bool) -> None:
     if json_out:
         return emit_json({"output": str(output), **manifest})
     s = manifest["schedule"]
+    settings = _settings(manifest["config"]["merge"].get("r"), manifest["method"]["options"])
     out_console.print(
-        f"[green]exported[/] {cfg.model} ({cfg.merge.method}, r={cfg.merge.model_dump(mode='json')['r']}) -> {output}/model.onnx "
+        f"[green]exported[/] {cfg.model} ({cfg.merge.method}, {settings}) -> {output}/model.onnx "
         f"in {manifest['onnx']['export_seconds']} s ({cfg.export.precision})\n"
         f"  tokens per layer: {s['tokens_per_layer']} -> {s['tokens_out']}\n"
         f"  GFLOPs: {manifest['gflops']:.2f} (unmerged {manifest['dense_gflops']:.2f})   custom ops: {manifest['custom_ops']}"
@@ -144,7 +151,8 @@ def profile(result: dict, json_out: bool) -> None:
     if json_out:
         return emit_json(result)
     device = result["device"].get("gpu") or result["device"].get("cpu", "")
-    title = f"{result['model']} {result['method']} r={result['r']} {result['precision']} on {result['device']['backend']} ({device})"
+    settings = _settings(result["r"], result["method_options"])
+    title = f"{result['model']} {result['method']} {settings} {result['precision']} on {result['device']['backend']} ({device})"
     table = _table(title, ())
     for col in ("batch", "merged p50 ms", "p90", "p99", "mean", "img/s", "dense p50 ms", "speedup"):
         table.add_column(col, justify="right")

@@ -69,7 +69,8 @@ def profile(
         "artifact": str(artifact.directory),
         "model": manifest["model"]["name"],
         "method": manifest["config"]["merge"]["method"],
-        "r": manifest["config"]["merge"]["r"],
+        "r": manifest["config"]["merge"].get("r"),  # None for the keep-rate methods (their manifests have no merge.r)
+        "method_options": manifest["method"]["options"],
         "precision": artifact.precision,
         "gflops": manifest["gflops"],
         "dense_gflops": manifest["dense_gflops"],
