@@ -35,11 +35,6 @@ def custom_translation_table() -> dict:
     return {spec.overload: spec.translation for spec in OPS.values()}
 
 
-def op_by_torch_name(torch_name: str) -> OpSpec:
-    """The spec of ``torch.ops.deploytk.<torch_name>``."""
-    return next(spec for spec in OPS.values() if spec.torch_name == torch_name)
-
-
 def _register_cuda_kernel(spec: OpSpec) -> None:
     def cuda_impl(*args, **kwargs):
         return spec.kernel_module().launch(*args, **kwargs)
@@ -50,4 +45,4 @@ def _register_cuda_kernel(spec: OpSpec) -> None:
 for _spec in OPS.values():
     _register_cuda_kernel(_spec)
 
-__all__ = ["OPS", "MATCHING_OPS", "OpSpec", "DOMAIN", "DOMAIN_VERSION", "PLUGIN_ATTRIBUTES", "custom_translation_table", "op_by_torch_name"]
+__all__ = ["OPS", "MATCHING_OPS", "OpSpec", "DOMAIN", "DOMAIN_VERSION", "PLUGIN_ATTRIBUTES", "custom_translation_table"]

@@ -21,7 +21,7 @@ import torch
 from deploytk.errors import DeploytkError
 from deploytk.ops import OPS
 from deploytk.ops.spec import FLOAT, OpSpec
-from deploytk.optional import require_triton
+from deploytk.optional import require_triton, triton_version
 from deploytk.progress import SILENT, Progress
 
 #: max |kernel - reference| / max(1, max |reference|) allowed per dtype
@@ -199,15 +199,14 @@ def run(seed: int = 0, device: str | None = None) -> list[Case]:
 
 
 def environment() -> dict:
-    import triton  # optional: selftest runs only where it is installed
+    from deploytk.ops import kernel_common  # imports Triton, an optional dependency
 
-    from deploytk.ops.kernel_common import interpreting  # imports Triton
-
-    info = {"mode": "interpreter" if interpreting() else "gpu", "triton": triton.__version__, "torch": torch.__version__}
-    if not interpreting() and torch.cuda.is_available():
+    interpreting = kernel_common.interpreting()
+    info = {"mode": "interpreter" if interpreting else "gpu", "triton": triton_version(), "torch": torch.__version__}
+    if not interpreting and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name()
         info["compute_capability"] = ".".join(map(str, torch.cuda.get_device_capability()))
-    if interpreting():
+    if interpreting:
         info["skipped"] = {DTYPE_NAMES[d]: why for d, why in INTERPRETER_SKIPS.items()}
     return info
 
