@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from deploytk.errors import DeploytkError
 
+#: the first TensorRT with ahead-of-time Python plugins (``tensorrt.plugin.aot_impl``), which deploytk's plugins are
+MIN_TENSORRT = (10, 9)
 TENSORRT_INSTALL_HINT = (
     "Install TensorRT >= 10.9 for your CUDA version (e.g. `pip install tensorrt-cu12` or NVIDIA's "
     "packages) on a machine with an NVIDIA GPU, then check with `deploytk doctor`."
@@ -22,6 +24,15 @@ def tensorrt_version() -> str | None:
     except Exception:
         return None
     return getattr(tensorrt, "__version__", "unknown")
+
+
+def version_tuple(version: str) -> tuple[int, int] | None:
+    """'10.9.0.34' -> (10, 9); None for a version string that does not start with two numbers."""
+    try:
+        major, minor = version.split(".")[:2]
+        return int(major), int(minor)
+    except ValueError:
+        return None
 
 
 def require_tensorrt(what: str) -> None:

@@ -9,6 +9,7 @@ backend only, no GPU.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
@@ -24,7 +25,21 @@ from deploytk.ops import OPS
 from deploytk.ops.spec import FP32, INT64
 from deploytk.progress import SILENT, Progress
 
-ARCHES = {"sm_80": 80, "sm_86": 86, "sm_89": 89, "sm_90": 90}
+#: the GPU architectures deploytk compiles its plugin kernels for: Ampere (A100, A10/RTX 30, Orin), Ada (L4/L40/RTX 40),
+#: Hopper (H100/H200), Blackwell (B200/GB200, B300, Thor, RTX 50/RTX PRO, DGX Spark). The installed Triton must
+#: know the target too (``check_arch``); Triton 3.8 compiles all of them.
+ARCHES = {
+    "sm_80": 80,
+    "sm_86": 86,
+    "sm_87": 87,
+    "sm_89": 89,
+    "sm_90": 90,
+    "sm_100": 100,
+    "sm_103": 103,
+    "sm_110": 110,
+    "sm_120": 120,
+    "sm_121": 121,
+}
 #: Dynamic shared memory a kernel may use without opting in (cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE)).
 #: Triton's own launcher (the torch path) opts in; TensorRT's launch of an AOT plugin kernel is not
 #: documented to, so every plugin kernel is compiled to fit this limit.
@@ -49,6 +64,58 @@ class KernelVariant:
     def label(self) -> str:
         consts = "_".join(f"{k.lower()}{str(v).replace('.', 'p')}" for k, v in self.constexprs.items() if k != "PRECISION")
         return f"{self.op}_{self.dtype}_{consts}"
+
+
+def arch_of_capability(capability: str) -> str:
+    """'major.minor' (torch / nvidia-smi) -> 'sm_XY', refused unless deploytk compiles for it."""
+    major, minor = (int(v) for v in capability.split("."))
+    arch = f"sm_{major}{minor}"
+    if arch not in ARCHES:
+        raise DeploytkError(
+            f"this GPU (compute capability {capability}, {arch}) is not one deploytk compiles its TensorRT plugin kernels for; "
+            f"supported: {', '.join(ARCHES)}.",
+            hint="Build with --merge-impl native --attention-impl native (TensorRT runs the function bodies, no plugin kernels).",
+        )
+    return arch
+
+
+def check_arch(arch: str) -> None:
+    """Refuse an arch deploytk does not target, or one the installed Triton cannot compile for (probed once per arch)."""
+    if arch not in ARCHES:
+        raise DeploytkError(f"--arch {arch!r} is not supported; choose one of {', '.join(ARCHES)}.")
+    failure = _triton_cannot_compile(arch)
+    if failure:
+        import triton
+
+        raise DeploytkError(
+            f"the installed Triton {triton.__version__} cannot compile for {arch}: {failure}",
+            hint="Install a newer Triton (`pip install -U triton`; Triton 3.8 compiles every arch deploytk lists).",
+        )
+
+
+@functools.cache
+def _triton_cannot_compile(arch: str) -> str:
+    """'' if Triton compiles a one-line kernel to PTX for ``arch``, else its error (first line)."""
+    import triton
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    @triton.jit
+    def probe(x_ptr):
+        tl.store(x_ptr, tl.load(x_ptr) + 1)
+
+    try:
+        triton.compile(ASTSource(fn=probe, signature={"x_ptr": "*fp32"}), target=GPUTarget("cuda", ARCHES[arch], 32))
+    except Exception as err:  # Triton raises assorted types (ptxas errors, ValueError, RuntimeError) for an unknown target
+        return (str(err).strip().splitlines() or [type(err).__name__])[0]
+    return ""
+
+
+def ptx_isa(ptx: str) -> str:
+    """The PTX ISA version the module declares: the GPU driver that JIT-compiles it must support that version."""
+    match = re.search(r"^\.version (\d+\.\d+)$", ptx, re.M)
+    return match.group(1) if match else "unknown"
 
 
 def _pointer(kind: str, dtype: str) -> str:
@@ -100,7 +167,7 @@ class CompiledKernel:
 
 
 def compile_variant(variant: KernelVariant, arch: str) -> CompiledKernel:
-    """triton.compile -> PTX for ``arch`` (sm_80/86/89/90); no GPU needed.
+    """triton.compile -> PTX for ``arch`` (one of ``ARCHES``); no GPU needed.
 
     The deepest software pipeline (``NUM_STAGES``) whose shared memory fits ``SHARED_MEM_LIMIT``
     (none of the shipped tiles needs fewer than Triton's default 3 today).
@@ -109,8 +176,7 @@ def compile_variant(variant: KernelVariant, arch: str) -> CompiledKernel:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    if arch not in ARCHES:
-        raise DeploytkError(f"--arch {arch!r} is not supported; choose one of {', '.join(ARCHES)}.")
+    check_arch(arch)
     fn = variant.plan.kernel
     signature = dict(variant.signature) | {name: "constexpr" for name in variant.constexprs}
     params = inspect.signature(ASTSource.__init__).parameters
@@ -149,8 +215,7 @@ def standard_variants() -> list[KernelVariant]:
 
 def compile_all(arch: str, output: Path, variants: list[KernelVariant] | None = None, progress: Progress = SILENT) -> dict:
     """Write ``<label>.ptx`` for every variant plus ``kernels.json``; all or nothing."""
-    if arch not in ARCHES:
-        raise DeploytkError(f"--arch {arch!r} is not supported; choose one of {', '.join(ARCHES)}.")
+    check_arch(arch)
     variants = variants if variants is not None else standard_variants()
     records = []
     with atomic_directory(Path(output)) as tmp:
@@ -170,6 +235,7 @@ def compile_all(arch: str, output: Path, variants: list[KernelVariant] | None = 
                     "block_x": k.num_warps * 32,
                     "shared_mem": k.shared_mem,
                     "arch": arch,
+                    "ptx_isa": ptx_isa(k.ptx),
                     "ptx_sha256": hashlib.sha256(k.ptx.encode()).hexdigest(),
                 }
             )

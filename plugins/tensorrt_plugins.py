@@ -25,9 +25,10 @@ refuses two ints (grids divide plain ints, only the batch is symbolic); the kern
 with inputs, extra ints, outputs and nothing else (``aot`` strips Triton's trailing scratch
 parameters to match).
 
-NOT RUN: TensorRT cannot be installed where deploytk is built. Everything that does not touch
-``tensorrt`` (signatures, shape rules, type combinations, launch plans) is a plain function
-tested in ``tests/plugins``; the registration itself is import-guarded.
+NOT RUN on TensorRT itself: its libraries cannot be installed where deploytk is built. CI
+registers these plugins through the real ``tensorrt.plugin`` sources of TensorRT 10.9 and 11.4
+on a stand-in for the compiled module and replays the ONNX parser's and builder's calls for
+every op and dtype (``tests/plugins/test_tensorrt_plugin_layer.py``).
 """
 
 import inspect
@@ -35,13 +36,13 @@ import inspect
 import numpy as np
 import numpy.typing as npt
 import torch
-from deploytk_plugins.aot import compile_variant, kernel_variant
+from deploytk_plugins.aot import arch_of_capability, check_arch, compile_variant, kernel_variant
 from deploytk_plugins.definitions import PLUGINS
 
 from deploytk.errors import DeploytkError
 from deploytk.ops import OPS
 from deploytk.ops.spec import FP32, INT64, OpSpec
-from deploytk.optional import require_tensorrt
+from deploytk.optional import MIN_TENSORRT, TENSORRT_INSTALL_HINT, require_tensorrt, version_tuple
 
 PLUGIN_NAMESPACE = "deploytk"
 PLUGIN_VERSION = "1"
@@ -119,22 +120,71 @@ def _function(name: str, signature: inspect.Signature, body):
 _registered = False
 
 
+def build_arch() -> str:
+    """The arch ``aot_impl`` compiles for: the GPU the engine is being built on (TensorRT builds for that GPU)."""
+    major, minor = torch.cuda.get_device_capability()
+    arch = arch_of_capability(f"{major}.{minor}")
+    check_arch(arch)
+    return arch
+
+
 def register_plugins() -> None:
-    """Register every deploytk plugin with TensorRT (idempotent). Raises a DeploytkError without TensorRT."""
+    """Register every deploytk plugin with TensorRT (idempotent). Raises a DeploytkError without TensorRT >= 10.9.
+
+    Every op's three functions are made before any is registered, so a problem on deploytk's side
+    registers nothing. TensorRT's plugin layer cannot unregister, so if TensorRT itself refuses one
+    op, the ops before it stay registered: a second call skips the ``register`` step of those
+    (their definitions are deploytk's own) and redoes the rest, so it fails the same way or completes.
+    """
     global _registered
     if _registered:
         return
     require_tensorrt("registering the deploytk TensorRT plugins")
-    for op in PLUGIN_OPS:
-        _define(OPS[op])
+    import tensorrt as trt  # optional: guarded above
+    import tensorrt.plugin as trtp
+
+    check_plugin_layer(trt.__version__, trtp)
+    definitions = [_define(OPS[op], trt, trtp) for op in PLUGIN_OPS]
+    for plugin_id, functions in definitions:
+        _register(trtp, plugin_id, functions, trt.__version__)
     _registered = True
 
 
-def _define(spec: OpSpec) -> None:
-    """``register``, ``autotune`` and ``aot_impl`` of one op, signatures from its ONNX function."""
-    import tensorrt as trt  # optional: guarded by register_plugins
-    import tensorrt.plugin as trtp
+def check_plugin_layer(version: str, trtp) -> None:
+    """Refuse a TensorRT whose ``tensorrt.plugin`` has no ahead-of-time plugins (before 10.9, or AOT disabled)."""
+    parsed = version_tuple(version)
+    missing = [name for name in ("aot_impl", "KernelLaunchParams", "SymIntExprs") if not hasattr(trtp, name)]
+    if (parsed is not None and parsed < MIN_TENSORRT) or missing:
+        need = ".".join(map(str, MIN_TENSORRT))
+        lacking = f" (its tensorrt.plugin lacks {', '.join(missing)})" if missing else ""
+        raise DeploytkError(
+            f"the deploytk TensorRT plugins need TensorRT >= {need}, the first with ahead-of-time Python plugins; "
+            f"this is TensorRT {version}{lacking}.",
+            hint=TENSORRT_INSTALL_HINT,
+        )
 
+
+def _register(trtp, plugin_id: str, functions: dict, version: str) -> None:
+    namespace, name = plugin_id.split("::")
+    existing = getattr(getattr(getattr(trtp, "op", None), namespace, None), name, None)
+    try:
+        if existing is None:
+            trtp.register(plugin_id)(functions["register"])
+        elif getattr(existing.register_func, "deploytk_op", None) != name:
+            raise DeploytkError(f"another TensorRT plugin named {plugin_id} is already registered in this process.")
+        trtp.autotune(plugin_id)(functions["autotune"])
+        trtp.aot_impl(plugin_id)(functions["aot_impl"])
+    except DeploytkError:
+        raise
+    except Exception as err:
+        raise DeploytkError(
+            f"TensorRT {version} refused the plugin {plugin_id}: {err}",
+            hint="deploytk's plugins are written for TensorRT 10.9 to 11.x; report this with `deploytk doctor`'s output.",
+        ) from err
+
+
+def _define(spec: OpSpec, trt, trtp) -> tuple[str, dict]:
+    """(plugin id, {"register", "autotune", "aot_impl"}) of one op, signatures from its ONNX function."""
     names = {trt.float32: "fp32", trt.float16: "fp16", trt.bfloat16: "bf16"}
     attr_types = {"INT": npt.NDArray[np.int32], "FLOAT": npt.NDArray[np.float32]}
     tensors = [(name, trtp.TensorDesc) for name in spec.input_names]
@@ -166,8 +216,7 @@ def _define(spec: OpSpec) -> None:
         inputs = [args[name] for name in spec.input_names]
         fields = {name: scalar(args[name]) for name in spec.attributes}
         variant = launch_plan(spec.name, [static(d) for d in inputs], fields, names[inputs[0].dtype])
-        major, minor = torch.cuda.get_device_capability()
-        compiled = compile_variant(variant, f"sm_{major}{minor}")
+        compiled = compile_variant(variant, build_arch())
         params = trtp.KernelLaunchParams()
         params.grid_x, params.grid_y, params.grid_z = variant.plan.grid
         params.block_x = compiled.num_warps * 32
@@ -179,9 +228,13 @@ def _define(spec: OpSpec) -> None:
 
     aot_result = tuple[str | bytes, str | bytes, trtp.KernelLaunchParams, trtp.SymIntExprs]
     tactic = [("tactic", int)]
-    trtp.register(plugin_id)(_function(f"{spec.name}_register", _signature(tensors + attrs, trtp.TensorDesc), register))
-    trtp.autotune(plugin_id)(_function(f"{spec.name}_autotune", _signature(tensors + outputs, list[trtp.AutoTuneCombination]), autotune))
-    trtp.aot_impl(plugin_id)(_function(f"{spec.name}_aot_impl", _signature(tensors + attrs + outputs + tactic, aot_result), aot_impl))
+    functions = {
+        "register": _function(f"{spec.name}_register", _signature(tensors + attrs, trtp.TensorDesc), register),
+        "autotune": _function(f"{spec.name}_autotune", _signature(tensors + outputs, list[trtp.AutoTuneCombination]), autotune),
+        "aot_impl": _function(f"{spec.name}_aot_impl", _signature(tensors + attrs + outputs + tactic, aot_result), aot_impl),
+    }
+    functions["register"].deploytk_op = spec.name  # how a retry recognises its own earlier registration
+    return plugin_id, functions
 
 
 __all__ = [
@@ -189,6 +242,8 @@ __all__ = [
     "PLUGIN_VERSION",
     "PLUGIN_OPS",
     "register_plugins",
+    "check_plugin_layer",
+    "build_arch",
     "plugin_signature",
     "output_shape",
     "type_combinations",

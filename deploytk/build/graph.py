@@ -16,6 +16,7 @@ from deploytk.build.options import BuildOptions
 from deploytk.errors import DeploytkError
 from deploytk.export.native_attention import use_native_attention
 from deploytk.ops import DOMAIN, OPS, PLUGIN_ATTRIBUTES
+from deploytk.optional import version_tuple
 
 ATTENTION_OP = "ProportionalAttention"
 #: the first TensorRT whose ONNX parser imports the standard ``Attention`` op (10.14 added
@@ -58,9 +59,8 @@ def check_tensorrt_supports(model: onnx.ModelProto, options: BuildOptions, tenso
     has_attention = any(n.domain == DOMAIN and n.op_type == ATTENTION_OP for n in model.graph.node)
     if options.attention_impl != "native" or not has_attention:
         return
-    try:
-        version = tuple(int(v) for v in tensorrt_version.split(".")[:2])
-    except ValueError:
+    version = version_tuple(tensorrt_version)
+    if version is None:
         return  # an unparsable version string: let the parser decide
     if version < NATIVE_ATTENTION_MIN_TENSORRT:
         need = ".".join(map(str, NATIVE_ATTENTION_MIN_TENSORRT))

@@ -1,12 +1,10 @@
 """TensorRT plugin pieces that need no libnvinfer: AOT PTX, signatures, shape/type rules, launch plans, registration wiring."""
 
-import inspect
 import json
 import os
 import re
 import subprocess
 import sys
-import types
 
 import numpy as np
 import pytest
@@ -48,8 +46,49 @@ def test_plugins_compile_writes_sm90_ptx_for_every_plugin_kernel(tmp_path):
         assert re.search(r"^\.target sm_90a?$", ptx, re.M), k["file"]
         assert f".entry {k['kernel_name']}(" in ptx
         assert k["block_x"] == 32 * k["num_warps"]
+        assert re.search(rf"^\.version {re.escape(k['ptx_isa'])}$", ptx, re.M)  # the driver must support this PTX ISA
         # TensorRT is not documented to opt an AOT kernel into more than 48 KiB of dynamic shared memory
         assert k["shared_mem"] <= SHARED_MEM_LIMIT == 48 * 1024, k
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["sm_100", "sm_120"])
+def test_plugins_compile_writes_blackwell_ptx_for_every_plugin_kernel(tmp_path, arch):
+    out = tmp_path / "ptx"
+    result = run_cli("plugins", "compile", "--arch", arch, "--output", str(out), "--json")
+    assert result.returncode == 0, result.stderr
+    kernels = json.loads(result.stdout)["kernels"]
+    assert len(kernels) == 30 and {k["op"] for k in kernels} == set(OPS)
+    for k in kernels:
+        ptx = (out / k["file"]).read_text()
+        assert re.search(rf"^\.target {arch}a$", ptx, re.M) and f".entry {k['kernel_name']}(" in ptx, k["file"]
+        assert re.search(rf"^\.version {re.escape(k['ptx_isa'])}$", ptx, re.M), k["file"]
+
+
+def test_gpu_capabilities_map_to_the_arches_deploytk_compiles_for():
+    assert [aot.arch_of_capability(c) for c in ("8.0", "8.7", "9.0", "10.0", "10.3", "12.0", "12.1")] == [
+        "sm_80",
+        "sm_87",
+        "sm_90",
+        "sm_100",
+        "sm_103",
+        "sm_120",
+        "sm_121",
+    ]
+    with pytest.raises(DeploytkError, match=r"compute capability 7\.0, sm_70\) is not one deploytk compiles") as err:
+        aot.arch_of_capability("7.0")
+    assert "--merge-impl native --attention-impl native" in err.value.hint
+
+
+def test_an_arch_the_installed_triton_cannot_compile_is_refused_with_the_remedy(monkeypatch, tmp_path):
+    monkeypatch.setattr(aot, "_triton_cannot_compile", lambda arch: "ptxas fatal: Value 'sm_120a' is not defined for option 'gpu-name'")
+    with pytest.raises(DeploytkError, match=r"Triton \S+ cannot compile for sm_120: ptxas fatal") as err:
+        aot.compile_all("sm_120", tmp_path / "ptx")
+    assert "pip install -U triton" in err.value.hint and not (tmp_path / "ptx").exists()
+
+
+def test_every_listed_arch_compiles_with_the_installed_triton():
+    assert {arch: aot._triton_cannot_compile(arch) for arch in aot.ARCHES} == dict.fromkeys(aot.ARCHES, "")
 
 
 def test_a_kernel_that_cannot_fit_the_shared_memory_limit_is_refused(monkeypatch):
@@ -61,7 +100,7 @@ def test_a_kernel_that_cannot_fit_the_shared_memory_limit_is_refused(monkeypatch
 
 def test_plugins_compile_refuses_unknown_arch_and_writes_nothing(tmp_path):
     result = run_cli("plugins", "compile", "--arch", "sm_70", "--output", str(tmp_path / "x"))
-    assert result.returncode == 2 and "sm_80, sm_86, sm_89, sm_90" in result.stderr
+    assert result.returncode == 2 and "sm_80, sm_86, sm_87, sm_89, sm_90, sm_100, sm_103, sm_110, sm_120, sm_121" in result.stderr
     assert not (tmp_path / "x").exists()
 
 
@@ -233,77 +272,6 @@ def test_register_plugins_without_tensorrt_says_how_to_install():
     with pytest.raises(DeploytkError, match="needs TensorRT") as err:
         tp.register_plugins()
     assert "pip install tensorrt" in str(err.value) or "tensorrt" in str(err.value).lower()
-
-
-class _Expr:
-    """A ShapeExpr stand-in: a constant dimension."""
-
-    def __init__(self, value):
-        self.value, self.is_constant = value, True
-
-    def constant_value(self):
-        return self.value
-
-
-class _Desc:
-    def __init__(self, shape, dtype):
-        self.shape_expr, self.ndim, self.dtype = [_Expr(d) for d in shape], len(shape), dtype
-
-
-def _stub_tensorrt(monkeypatch):
-    """The few names of ``tensorrt`` / ``tensorrt.plugin`` the plugin definitions touch; the decorators record
-    the functions (the real wiring, with libnvinfer, is a ``trt`` test)."""
-    trt = types.ModuleType("tensorrt")
-    trt.float32, trt.float16, trt.bfloat16, trt.int64 = "fp32", "fp16", "bf16", "int64"
-    trtp = types.ModuleType("tensorrt.plugin")
-    recorded = {}
-
-    def decorator(kind):
-        return lambda plugin_id: lambda fn: recorded.setdefault((kind, plugin_id), fn)
-
-    trtp.register, trtp.autotune, trtp.aot_impl = decorator("register"), decorator("autotune"), decorator("aot_impl")
-    trtp.TensorDesc = _Desc
-    trtp.from_shape_expr = lambda shape, dtype: (list(shape), dtype)
-    trtp.AutoTuneCombination = lambda types_, layout: types_
-    trtp.KernelLaunchParams = types.SimpleNamespace
-    trtp.SymIntExprs = lambda n: [None] * n
-    trtp.SymInt32 = int
-    trt.plugin = trtp
-    monkeypatch.setitem(sys.modules, "tensorrt", trt)
-    monkeypatch.setitem(sys.modules, "tensorrt.plugin", trtp)
-    monkeypatch.setattr(tp, "require_tensorrt", lambda what: None)
-    monkeypatch.setattr(tp, "_registered", False)
-    return recorded
-
-
-def test_registration_defines_three_functions_per_op_from_its_spec(monkeypatch):
-    recorded = _stub_tensorrt(monkeypatch)
-    compiled = []
-    monkeypatch.setattr(
-        tp,
-        "compile_variant",
-        lambda v, arch: (
-            compiled.append((v, arch))
-            or types.SimpleNamespace(kernel_name=f"k_{v.op}", ptx="ptx", num_warps=v.plan.num_warps, shared_mem=1024)
-        ),
-    )
-    monkeypatch.setattr(tp.torch.cuda, "get_device_capability", lambda *a: (9, 0))
-    tp.register_plugins()
-    assert {op for _, op in recorded} == {f"deploytk::{op}" for op in tp.PLUGIN_OPS} and len(recorded) == 3 * len(tp.PLUGIN_OPS)
-    inputs, attrs = tp.plugin_signature("ToMeMatch")
-    register, aot_impl = recorded[("register", "deploytk::ToMeMatch")], recorded[("aot_impl", "deploytk::ToMeMatch")]
-    assert list(inspect.signature(register).parameters) == inputs + list(attrs)
-    assert list(inspect.signature(aot_impl).parameters) == inputs + list(attrs) + ["outputs", "tactic"]
-    assert list(inspect.signature(recorded[("autotune", "deploytk::ToMeMatch")]).parameters) == inputs + ["outputs"]
-    assert inspect.signature(register).parameters["r"].annotation == np.typing.NDArray[np.int32]
-    fields = {name: np.array([v], dtype=np.int32) for name, v in {"r": 16, "protected": 1, "sort_unmerged": 1, "tokens": 197}.items()}
-    metric = _Desc([8, 197, 64], "fp16")
-    shape, dtype = register(metric, **fields)
-    assert [getattr(d, "value", d) for d in shape] == [8, 197] and dtype == "int64"
-    name, ptx, params, extra = aot_impl(metric, *fields.values(), (), 0)
-    ((variant, arch),) = compiled
-    assert name == "k_ToMeMatch" and arch == "sm_90" and variant.dtype == "fp16" and extra == [197, 64, 16, 1]
-    assert params.block_x == 32 * variant.plan.num_warps and (params.grid_y, params.grid_z) == (1, 1)
 
 
 @pytest.mark.trt
