@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import onnx
+from deploytk_plugins.aot import arch_of_capability, check_arch
 from deploytk_plugins.tensorrt_plugins import PLUGIN_OPS, register_plugins
 from onnx import helper
 
@@ -53,9 +54,11 @@ def build_engine(directory: Path, options: BuildOptions, progress: Progress = SI
     gpu, capability = gpu_identity()
     exported = onnx.load(str(artifact.onnx_path))
     check_tensorrt_supports(exported, options, trt.__version__)
-    progress.step("registering the deploytk plugins")
-    register_plugins()
     model, plugin_ops = prepare_for_build(exported, options, PLUGIN_OPS)
+    if plugin_ops:
+        check_arch(arch_of_capability(capability))  # before the build, not mid-build inside aot_impl
+        progress.step("registering the deploytk plugins")
+        register_plugins()
     _force_aot(model, plugin_ops)
 
     logger = trt.Logger(trt.Logger.WARNING)
@@ -105,8 +108,7 @@ def _build(trt, logger, model: onnx.ModelProto, options: BuildOptions, input_sha
     profile.set_shape(INPUT_NAME, (lo, channels, height, width), (opt, channels, height, width), (hi, channels, height, width))
     config.add_optimization_profile(profile)
     cache_path = Path(options.timing_cache) if options.timing_cache else None
-    cache = config.create_timing_cache(cache_path.read_bytes() if cache_path and cache_path.exists() else b"")
-    config.set_timing_cache(cache, ignore_mismatch=False)
+    attach_timing_cache(config, cache_path)
     config.progress_monitor = _progress_monitor(trt, progress)
 
     progress.step(f"building the {what} engine (minutes)")
@@ -121,6 +123,30 @@ def _build(trt, logger, model: onnx.ModelProto, options: BuildOptions, input_sha
     if cache_path:
         write_atomically(cache_path, bytes(memoryview(config.get_timing_cache().serialize())))
     return bytes(serialized), seconds
+
+
+def attach_timing_cache(config, cache_path: Path | None) -> None:
+    """Give the build the timing cache at ``cache_path`` (a new one when the file does not exist yet), or refuse it.
+
+    TensorRT's ``create_timing_cache`` returns None for bytes that are not a timing cache, and
+    ``set_timing_cache(..., ignore_mismatch=False)`` returns False for a cache made on another GPU
+    or TensorRT version: both are refused here, before the build, so the user's file is never
+    overwritten by a cache of this device.
+    """
+    data = cache_path.read_bytes() if cache_path and cache_path.is_file() else b""
+    cache = config.create_timing_cache(data)
+    if cache is None:
+        if data:
+            raise DeploytkError(
+                f"{cache_path} is not a TensorRT timing cache (or it is damaged): TensorRT could not read it.",
+                hint="Delete it, or pass a new --timing-cache path; the build writes a fresh cache there.",
+            )
+        raise DeploytkError("TensorRT could not create an empty timing cache.")
+    if not config.set_timing_cache(cache, ignore_mismatch=False):
+        raise DeploytkError(
+            f"{cache_path} was made on another GPU or with another TensorRT version, so TensorRT will not use it; it was left as it is.",
+            hint="Keep one --timing-cache file per GPU model and TensorRT version, e.g. timing-H100-10.13.cache.",
+        )
 
 
 def _progress_monitor(trt, progress: Progress):
