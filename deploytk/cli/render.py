@@ -296,7 +296,12 @@ def doctor(report: dict) -> None:
         table.add_row(name, version or "[red]not installed[/]")
     table.add_row("onnxruntime providers", ", ".join(report["onnxruntime_providers"]))
     table.add_row("torch CUDA build", str(report["torch_cuda_build"]))
-    table.add_row("GPU", report["gpu"] or "none (CPU only)")
+    gpu = report["gpu"] or "none (CPU only)"
+    if report["gpu"]:
+        kernels = "plugin kernels compile for it" if report["plugin_kernels_for_this_gpu"] else "[yellow]no plugin kernels for it[/]"
+        gpu += f" (compute capability {report['compute_capability']}; {kernels})"
+    table.add_row("GPU", gpu)
     table.add_row("triton", report["triton"] or "not installed")
-    table.add_row("TensorRT", report["tensorrt"] or f"[yellow]absent[/]: {report['tensorrt_hint']}")
+    tensorrt = report["tensorrt"] or "[yellow]absent[/]"
+    table.add_row("TensorRT", f"{tensorrt}: {report['tensorrt_hint']}" if report["tensorrt_hint"] else tensorrt)
     out_console.print(table)

@@ -154,3 +154,11 @@ def test_doctor_reports_tensorrt_absent():
     assert "CPUExecutionProvider" in report["onnxruntime_providers"]
     if report["tensorrt"] is None:
         assert "TensorRT" in report["tensorrt_hint"]
+
+
+def test_doctor_flags_a_tensorrt_without_aot_plugins(monkeypatch):
+    from deploytk import doctor
+
+    monkeypatch.setattr(doctor, "tensorrt_version", lambda: "10.8.0.43")
+    report = doctor.environment_report()
+    assert report["tensorrt"] == "10.8.0.43" and "need TensorRT >= 10.9" in report["tensorrt_hint"]
