@@ -9,17 +9,24 @@ alternation (``deploytk.ToMeMatch``), so large tokens do not merge with each oth
 layer only the class token is kept.
 
 Static (exported): the same layers with a fixed per-layer r calibrated from data, because a
-TensorRT/ONNX graph needs static token counts. The defaults alpha 0.9, beta 0.04,
-theta_min 0.4 are deploytk's.
+TensorRT/ONNX graph needs static token counts.
+
+alpha/beta/theta_min: the paper sweeps them per model without training (its Table A2, GFLOPs
+and top-1 measured with pretrained weights on ImageNet-1k). ``preset: deit_t | deit_s | deit_b``
+picks that table's point nearest ``gflops`` (default: ``DEFAULT_GFLOPS``, about two thirds of
+the dense FLOPs); without a preset the settings default to DeiT-S's (0.99, 0.04, 0.86 at 3.04 GFLOPs). The paper's other settings are
+deploytk's too: keys as the similarity metric, size-distinctive matching from about three
+quarters of the depth, proportional attention, only the class token kept in the last block,
+and r averaged over the batch (floored to an int; the paper does not say how it rounds).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 import torch
-from pydantic import Field, StrictBool, StrictFloat, StrictInt
+from pydantic import Field, StrictBool, StrictFloat, StrictInt, model_validator
 
 from deploytk.errors import DeploytkError
 from deploytk.merging.merged_vit import aggregate_size
@@ -32,13 +39,119 @@ from deploytk.ops.size_split_match.reference import size_split_scores
 Number = StrictFloat | StrictInt
 
 
+class OperatingPoint(NamedTuple):
+    """One row of the ATM paper's Table A2 (no training): its settings and what it reports for them."""
+
+    alpha: float
+    beta: float
+    theta_min: float
+    gflops: float
+    top1: float
+
+
+def _points(*rows: tuple) -> tuple[OperatingPoint, ...]:
+    return tuple(OperatingPoint(*row) for row in rows)
+
+
+#: Table A2 of the ATM paper, DeiT without training: (alpha, beta, theta_min, GFLOPs, top-1 %). The GFLOPs and
+#: accuracies are the paper's (pretrained weights, ImageNet-1k); with other weights or data they differ.
+PRESETS: dict[str, tuple[OperatingPoint, ...]] = {
+    "deit_t": _points(
+        (0.98, 0.035, 0.93, 1.05, 72.19),
+        (0.975, 0.025, 0.91, 0.98, 72.15),
+        (0.995, 0.025, 0.895, 0.96, 72.14),
+        (0.985, 0.025, 0.885, 0.93, 72.08),
+        (1, 0.035, 0.88, 0.90, 72.04),
+        (1, 0.03, 0.865, 0.88, 72.01),
+        (1, 0.035, 0.86, 0.85, 71.93),
+        (0.975, 0.03, 0.86, 0.83, 71.83),
+        (0.995, 0.04, 0.855, 0.81, 71.74),
+        (0.98, 0.035, 0.84, 0.78, 71.58),
+        (0.985, 0.04, 0.83, 0.75, 71.33),
+        (0.99, 0.045, 0.825, 0.72, 71.08),
+        (0.995, 0.045, 0.815, 0.71, 70.94),
+    ),
+    "deit_s": _points(
+        (0.995, 0.02, 0.91, 3.67, 79.86),
+        (0.99, 0.02, 0.895, 3.53, 79.86),
+        (0.995, 0.04, 0.895, 3.44, 79.84),
+        (0.99, 0.02, 0.875, 3.38, 79.82),
+        (0.99, 0.04, 0.88, 3.26, 79.80),
+        (0.985, 0.045, 0.88, 3.23, 79.76),
+        (1, 0.03, 0.855, 3.13, 79.74),
+        (1, 0.04, 0.86, 3.07, 79.71),
+        (0.99, 0.04, 0.86, 3.04, 79.65),
+        (1, 0.05, 0.855, 2.96, 79.63),
+        (0.995, 0.05, 0.845, 2.85, 79.53),
+        (0.975, 0.04, 0.835, 2.79, 79.44),
+        (0.97, 0.045, 0.83, 2.67, 79.29),
+        (0.98, 0.05, 0.825, 2.62, 79.22),
+        (0.96, 0.035, 0.81, 2.56, 79.08),
+    ),
+    "deit_b": _points(
+        (0.995, 0.025, 0.92, 14.60, 81.84),
+        (0.995, 0.015, 0.89, 14.26, 81.79),
+        (1, 0.015, 0.8, 14.10, 81.77),
+        (1, 0.025, 0.89, 13.89, 81.76),
+        (1, 0.025, 0.865, 13.24, 81.68),
+        (0.995, 0.025, 0.86, 12.99, 81.61),
+        (0.99, 0.025, 0.845, 12.41, 81.51),
+        (0.99, 0.03, 0.84, 11.95, 81.38),
+        (0.98, 0.025, 0.8, 11.21, 81.05),
+        (0.965, 0.025, 0.835, 11.05, 80.94),
+        (0.965, 0.025, 0.82, 10.78, 80.79),
+        (0.965, 0.025, 0.8, 10.49, 80.60),
+        (0.945, 0.02, 0.81, 10.29, 80.45),
+        (0.95, 0.025, 0.805, 9.98, 80.17),
+    ),
+}
+#: the paper's dense GFLOPs per preset model (Table A2's first row of each)
+DENSE_GFLOPS = {"deit_t": 1.25, "deit_s": 4.60, "deit_b": 17.57}
+#: the embedding width of each preset's DeiT: a preset on another model is refused
+PRESET_WIDTH = {"deit_t": 192, "deit_s": 384, "deit_b": 768}
+#: the point a preset takes without ``gflops``: about two thirds of the dense FLOPs, losing at most 0.56 top-1
+#: points in the paper (DeiT-T 72.14 -> 71.58, DeiT-S 79.81 -> 79.65, DeiT-B 81.79 -> 81.51)
+DEFAULT_GFLOPS = {"deit_t": 0.78, "deit_s": 3.04, "deit_b": 12.41}
+
+
+def preset_point(preset: str, gflops: float | None = None) -> OperatingPoint:
+    """The table point nearest ``gflops`` (``DEFAULT_GFLOPS`` when None); a tie goes to the less aggressive point."""
+    target = DEFAULT_GFLOPS[preset] if gflops is None else gflops
+    return min(PRESETS[preset], key=lambda p: (abs(p.gflops - target), -p.gflops))
+
+
+_DEFAULT = preset_point("deit_s")
+
+
 class ATMOptions(MethodOptions):
-    alpha: Number = Field(0.9, ge=-1, le=1, description="initial similarity threshold (layer 1)")
-    beta: Number = Field(0.04, ge=0, description="threshold decay rate: theta_l = max(alpha - (exp(beta*(l-1)) - 1), theta_min)")
-    theta_min: Number = Field(0.4, ge=-1, le=1, description="threshold floor")
+    alpha: Number = Field(_DEFAULT.alpha, ge=-1, le=1, description="initial similarity threshold (layer 1)")
+    beta: Number = Field(_DEFAULT.beta, ge=0, description="threshold decay rate: theta_l = max(alpha - (exp(beta*(l-1)) - 1), theta_min)")
+    theta_min: Number = Field(_DEFAULT.theta_min, ge=-1, le=1, description="threshold floor")
+    preset: Literal["deit_t", "deit_s", "deit_b"] | None = Field(
+        None, description="the ATM paper's Table A2 settings for this DeiT (no training); sets alpha, beta, theta_min"
+    )
+    gflops: Number | None = Field(
+        None, gt=0, description="with `preset`: the table point whose paper-reported GFLOPs is nearest (default 0.78 / 3.04 / 12.41)"
+    )
     split_layer: StrictInt | None = Field(None, ge=0, description="first block with size-distinctive matching; default: depth - depth // 4")
     cls_only_last: StrictBool = Field(True, description="keep only the class token in the last block (token-pooled models)")
     calibration: dict[str, Any] | None = Field(None, description="written by `deploytk calibrate`: how merge.r was derived")
+
+    @model_validator(mode="after")
+    def _apply_preset(self):
+        if self.preset is None:
+            if self.gflops is not None:
+                raise ValueError("`gflops` picks a point of a `preset`; set `preset: deit_t | deit_s | deit_b` too")
+            return self
+        point = preset_point(self.preset, self.gflops)
+        for name in ("alpha", "beta", "theta_min"):
+            if name in self.model_fields_set and getattr(self, name) != getattr(point, name):
+                raise ValueError(
+                    f"`{name}` = {getattr(self, name)} contradicts preset {self.preset} "
+                    f"({point.alpha}, {point.beta}, {point.theta_min} at {point.gflops} GFLOPs); drop one of them"
+                )
+            setattr(self, name, getattr(point, name))
+        return self
 
 
 def thresholds(depth: int, alpha: float, beta: float, theta_min: float) -> list[float]:
@@ -80,6 +193,14 @@ class ATM(Reduction):
             raise DeploytkError(
                 f"`merge.options.cls_only_last` needs a class-token-pooled model; {architecture} pools with {vit.global_pool!r}. "
                 "Set cls_only_last: false."
+            )
+        if options.preset is not None and vit.embed_dim != PRESET_WIDTH[options.preset]:
+            architecture = vit.default_cfg.get("architecture", "this model")
+            fits = [name for name, width in PRESET_WIDTH.items() if width == vit.embed_dim]
+            instead = f"use preset {fits[0]}" if fits else "set alpha, beta and theta_min instead"
+            raise DeploytkError(
+                f"`merge.options.preset` = {options.preset} holds the ATM paper's settings for a DeiT of width "
+                f"{PRESET_WIDTH[options.preset]}; {architecture} has width {vit.embed_dim}: {instead}."
             )
         #: the r ATM chooses per layer while ``calibration_pass`` runs (None otherwise)
         self.dynamic_r: list[int] | None = None

@@ -9,6 +9,7 @@ import torch
 from conftest import seeded_images, seeded_init
 
 from deploytk.analysis.flops import count_flops
+from deploytk.analysis.inspect import method_summary
 from deploytk.calibrate import calibrate
 from deploytk.config import config_from_dict, load_config
 from deploytk.errors import DeploytkError
@@ -154,6 +155,12 @@ def test_keep_rate_one_is_dense():
         ({"method": "topk", "options": {"keep_rate": 0}}, r"`merge.options.keep_rate` = 0: Input should be greater than 0"),
         ({"method": "atm", "options": {"alpha": 1.2}}, r"`merge.options.alpha` = 1.2: Input should be less than or equal to 1"),
         ({"method": "atm", "options": {"theta_min": -3}}, r"`merge.options.theta_min` = -3: Input should be greater than or equal to -1"),
+        ({"method": "atm", "options": {"gflops": 3.0}}, r"`gflops` picks a point of a `preset`"),
+        (
+            {"method": "atm", "options": {"preset": "deit_s", "alpha": 0.9}},
+            r"`alpha` = 0.9 contradicts preset deit_s \(0.99, 0.04, 0.86 at 3.04 GFLOPs\)",
+        ),
+        ({"method": "atm", "options": {"preset": "deit_l"}}, r"`merge.options.preset` = 'deit_l'.*'deit_t', 'deit_s' or 'deit_b'"),
         ({"method": "evit", "r": 8}, r"method evit does not use `merge.r`"),
         ({"method": "nope"}, r"unknown merge method 'nope'"),
     ],
@@ -161,6 +168,29 @@ def test_keep_rate_one_is_dense():
 def test_bad_method_options_are_clear(merge, message):
     with pytest.raises(DeploytkError, match=message):
         config_from_dict({"merge": merge})
+
+
+def test_atm_presets_are_the_papers_table_a2_points():
+    """Spot values typed from the ATM paper's Table A2 (DeiT, no training), and the nearest-GFLOPs choice."""
+    assert atm.PRESETS["deit_s"][8] == (0.99, 0.04, 0.86, 3.04, 79.65)
+    assert [len(atm.PRESETS[m]) for m in ("deit_t", "deit_s", "deit_b")] == [13, 15, 14]
+    assert atm.preset_point("deit_t", 0.78)[:3] == (0.98, 0.035, 0.84)
+    assert atm.preset_point("deit_b", 12.4)[:3] == (0.99, 0.025, 0.845)
+    assert atm.preset_point("deit_s", 3.055).gflops == 3.07  # a tie goes to the less aggressive point
+    assert atm.preset_point("deit_s", 1.0).gflops == 2.56 and atm.preset_point("deit_s", 9.0).gflops == 3.67
+    for points in atm.PRESETS.values():  # each table lists its points from most to least GFLOPs
+        assert [p.gflops for p in points] == sorted((p.gflops for p in points), reverse=True)
+    cfg = config_from_dict({"model": "deit_tiny_patch16_224", "merge": {"method": "atm", "options": {"preset": "deit_t"}}})
+    options = method_summary(cfg)["options"]  # what inspect shows and every manifest records
+    assert (options["alpha"], options["beta"], options["theta_min"], options["preset"]) == (0.98, 0.035, 0.84, "deit_t")
+    default = atm.ATMOptions()
+    assert (default.alpha, default.beta, default.theta_min) == (0.99, 0.04, 0.86)
+
+
+def test_an_atm_preset_on_another_model_is_refused():
+    cfg = config_from_dict({"model": "deit_tiny_patch16_224", "merge": {"method": "atm", "options": {"preset": "deit_s"}}})
+    with pytest.raises(DeploytkError, match=r"preset` = deit_s .* width 384; deit_tiny_patch16_224 has width 192: use preset deit_t"):
+        build_reference(cfg)
 
 
 def test_bad_layers_and_models():
