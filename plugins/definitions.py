@@ -46,4 +46,7 @@ PLUGINS: dict[str, PluginDefinition] = {
     "SizeSplitMatch": PluginDefinition((_match([HEAD_DIM, 1], r=16),)),
     "TopKSelect": PluginDefinition((_match([None], keep=137),)),
     "CrucialMatch": PluginDefinition((_match([C, None], keep=137),)),
+    # the clustering ops take the 196 patches' pairwise distances (and K-Medoids' token weights)
+    "KMedoidsSelect": PluginDefinition((Example([[B, N - 1, N - 1], [B, N - 1]], {"clusters": 137, "iterations": 3}),)),
+    "DPCKNNAssign": PluginDefinition((Example([[B, N - 1, N - 1]], {"clusters": 137, "neighbors": 5}),)),
 }

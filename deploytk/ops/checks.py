@@ -34,3 +34,14 @@ def check_select_args(name: str, scores, keep: int, protected: int, metric=None)
         raise DeploytkError(
             f"{name}: keep={keep} is not allowed for {n} tokens with {protected} protected; keep must be in [1, {n - protected - 1}]."
         )
+
+
+def check_cluster_args(name: str, dist, clusters: int, weight=None) -> None:
+    """dist [B, M, M] (and weight [B, M]); clusters in [1, M]."""
+    if dist.dim() != 3 or dist.shape[1] != dist.shape[2] or (weight is not None and tuple(weight.shape) != tuple(dist.shape[:2])):
+        got = f"dist {tuple(dist.shape)}" + (f", weight {tuple(weight.shape)}" if weight is not None else "")
+        want = " and weight [B, M]" if weight is not None else ""
+        raise DeploytkError(f"{name} expects pairwise distances dist [B, M, M]{want}; got {got}.")
+    m = dist.shape[1]
+    if not 1 <= clusters <= m:
+        raise DeploytkError(f"{name}: clusters={clusters} is not allowed for {m} tokens; clusters must be in [1, {m}].")

@@ -66,3 +66,8 @@ def kept_mask(scores: torch.Tensor, keep: int, protected: int) -> torch.Tensor:
     mask = torch.zeros_like(cand, dtype=torch.bool).scatter_(1, order, True)
     prefix = torch.ones(scores.shape[0], protected, dtype=torch.bool, device=scores.device)
     return torch.cat([prefix, mask], dim=1)
+
+
+def top_indices(values: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices of the k largest values per row, largest first (ties: lower index first, as ONNX TopK)."""
+    return values.argsort(dim=1, descending=True, stable=True)[:, :k]

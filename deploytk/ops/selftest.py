@@ -142,6 +142,31 @@ def _selection_draw(shape: tuple, k: int, rng: random.Random, gen: torch.Generat
     }
 
 
+def clustering_shapes(interpreter: bool, rng: random.Random) -> list[tuple[int, int, int, int]]:
+    """(B, M, C, clusters) cases for the clustering ops (K-Medoids, DPC-KNN); M = the candidate tokens."""
+    if interpreter:
+        fixed = [(2, 16, 8, 5), (2, 64, 16, 44), (1, 196, 32, 137)]
+        rand = [(rng.randint(1, 3), m, rng.choice([8, 24]), 0) for m in rng.sample(range(6, 100), 1)]
+    else:
+        fixed = [(64, 196, 384, 137), (64, 137, 384, 96), (8, 576, 768, 403), (64, 196, 192, 49), (2, 1024, 64, 512)]
+        rand = [(rng.randint(1, 64), m, rng.choice([64, 384]), 0) for m in rng.sample(range(8, 578), 3)]
+    return fixed + [(b, m, c, k or rng.randint(1, m)) for b, m, c, k in rand]
+
+
+def _clustering_draw(shape: tuple, k: int, rng: random.Random, gen: torch.Generator) -> dict:
+    """Points around a few centres, some of them exact duplicates (distance ties), and weights
+    of few levels on even draws (weight ties): the tie rules are checked too."""
+    b, m, c, clusters = shape
+    centres = torch.randn(b, max(1, m // 8), c, generator=gen) * 3
+    points = centres.gather(1, torch.randint(0, centres.shape[1], (b, m, 1), generator=gen).expand(b, m, c))
+    points = points + torch.randn(b, m, c, generator=gen)
+    points[:, 1::7] = points[:, ::7][:, : points[:, 1::7].shape[1]]  # duplicates
+    dist = torch.cdist(points, points)
+    levels = 6 if k % 2 == 0 else 10000
+    weight = torch.randint(1, levels + 1, (b, m), generator=gen).float() / levels
+    return {"dist": dist, "weight": weight, "clusters": clusters, "shape": {"B": b, "M": m, "C": c}}
+
+
 @dataclass(frozen=True)
 class Family:
     """Seeded shapes (native or interpreter-sized) and one input draw per shape."""
@@ -156,6 +181,7 @@ FAMILIES = {
     "attention": Family(attention_shapes, _attention_draw),
     "tome": Family(match_shapes, _tome_draw),
     "selection": Family(selection_shapes, _selection_draw),
+    "clustering": Family(clustering_shapes, _clustering_draw),
 }
 
 

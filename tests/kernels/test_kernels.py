@@ -78,6 +78,8 @@ def test_selftest_fails_when_a_kernel_is_wrong(monkeypatch):
         "CrucialMatch": lambda m, s, k, p: rotate(ops.crucial_match(m.float(), s.float(), k, p)),
         "SizeSplitMatch": lambda m, s, r, p: rotate(ops.size_split_match(m.float(), s.float(), r, p)),
         "MctfMatch": lambda m, rc, s, *a: rotate(ops.mctf_match(m.float(), rc.float(), s.float(), *a)),
+        "KMedoidsSelect": lambda d, w, k, it: rotate(ops.kmedoids_select(d.float(), w.float(), k, it)),
+        "DPCKNNAssign": lambda d, k, nb: rotate(ops.dpcknn_assign(d.float(), k, nb)),
     }
     assert set(wrong) == set(OPS)
     for name, fn in wrong.items():
