@@ -35,7 +35,8 @@ def digits_config(stem: str, **overrides):
 
     root = Path(__file__).resolve().parents[1]
     cfg = load_config(root / "export_configs" / f"{stem}.yaml")
-    return apply_overrides(cfg, checkpoint=str(root / cfg.checkpoint) if cfg.checkpoint else None, **overrides)
+    overrides = {"checkpoint": str(root / cfg.checkpoint) if cfg.checkpoint else None, **overrides}
+    return apply_overrides(cfg, **overrides)
 
 
 def export_config(stem: str, out, **overrides):

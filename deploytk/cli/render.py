@@ -202,17 +202,22 @@ def methods(report: list[dict], json_out: bool, markdown: bool) -> None:
     for m in report:
         opts = "\n".join(f"{o['name']} = {o['default']!r}: {o['description']}" for o in m["options"]) or "-"
         r_note = "" if m["uses_r"] else " Uses keep_rate, not merge.r."
-        table.add_row(m["name"], f"{m['summary']}.{r_note}\nops: {', '.join(m['ops'])}", opts)
+        learned = " Learned: trained parameters of its own, from the checkpoint." if m["learned"] else ""
+        table.add_row(m["name"], f"{m['summary']} ({m['kind']}).{r_note}{learned}\nops: {', '.join(m['ops'])}", opts)
     out_console.print(table)
 
 
 def methods_markdown(report: list[dict]) -> str:
     """The README's methods table (a test holds the README to it)."""
-    lines = ["| `merge.method` | what it does | schedule | custom ops | `merge.options` (default) |", "|---|---|---|---|---|"]
+    lines = [
+        "| `merge.method` | what it does | kind | learned | schedule | custom ops | `merge.options` (default) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for m in report:
         opts = "<br>".join(f"`{o['name']}` = `{o['default']!r}`: {o['description']}" for o in m["options"]) or "-"
         schedule = "`merge.r`" if m["uses_r"] else "`keep_rate` at `layers`"
-        lines.append(f"| `{m['name']}` | {m['summary']} | {schedule} | {', '.join(m['ops'])} | {opts} |")
+        learned = "yes (from the checkpoint)" if m["learned"] else "no"
+        lines.append(f"| `{m['name']}` | {m['summary']} | {m['kind']} | {learned} | {schedule} | {', '.join(m['ops'])} | {opts} |")
     return "\n".join(lines) + "\n"
 
 

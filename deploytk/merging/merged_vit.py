@@ -113,6 +113,20 @@ class MergedViT(nn.Module):
         mlp_out = blk.norm2(blk.mlp(x)) if post_norm else blk.ls2(blk.mlp(blk.norm2(x)))
         return x + blk.drop_path2(mlp_out), size
 
+    def block_with_attention_map(self, blk: nn.Module, x, size):
+        """One block without reduction, its attention run in plain ops so that the map is kept:
+        (x, probs [B, H, N, N] fp32), for methods that score tokens by the attention they received."""
+        post_norm = isinstance(blk, ResPostBlock)
+        attn = blk.attn
+        h = x if post_norm else blk.norm1(x)
+        gate = attn.gate(h).sigmoid() if getattr(attn, "gate", None) is not None else None
+        q, k, v = qkv_heads(attn, h)
+        probs = attention_probs(attn, q, k, size if self.prop_attn else None)
+        out = attention_output(attn, attend(probs, v), gate)
+        x = x + blk.drop_path1(blk.norm1(out) if post_norm else blk.ls1(out))
+        mlp_out = blk.norm2(blk.mlp(x)) if post_norm else blk.ls2(blk.mlp(blk.norm2(x)))
+        return x + blk.drop_path2(mlp_out), probs
+
     def match(self, op_name: str, *args):
         """A matching/selection op (-> ``dest``), routed through ``dest_hook`` when one is set.
 

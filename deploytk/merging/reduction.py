@@ -40,6 +40,10 @@ class Reduction(nn.Module):
     uses_r: ClassVar[bool] = True
     #: the deploytk ops its export contains (checked against a trace in the tests)
     ops: ClassVar[tuple[str, ...]] = ()
+    #: how tokens are reduced: merging, pruning, pruning + fusion, clustering
+    kind: ClassVar[str] = "none"
+    #: the method has trained parameters of its own (loaded with the checkpoint)
+    learned: ClassVar[bool] = False
 
     def __init__(self, vit: nn.Module, r_per_layer: list[int], options: MethodOptions):
         super().__init__()

@@ -37,7 +37,17 @@ def describe_methods() -> list[dict]:
             {"name": name, "type": str(f.annotation).replace("typing.", ""), "default": f.default, "description": f.description or ""}
             for name, f in m.Options.model_fields.items()
         ]
-        report.append({"name": m.name, "summary": m.summary, "uses_r": m.uses_r, "ops": list(m.ops), "options": opts})
+        report.append(
+            {
+                "name": m.name,
+                "summary": m.summary,
+                "kind": m.kind,
+                "learned": m.learned,
+                "uses_r": m.uses_r,
+                "ops": list(m.ops),
+                "options": opts,
+            }
+        )
     return report
 
 

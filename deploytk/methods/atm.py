@@ -177,6 +177,7 @@ class ATM(Reduction):
     """A static (calibrated) schedule: ToMe layers, then size-distinctive layers, CLS-only last."""
 
     name = "atm"
+    kind = "merging"
     summary = "ATM: layer-wise similarity thresholds and size-distinctive matching; r calibrated with `deploytk calibrate`"
     Options = ATMOptions
     ops = ("ToMeMatch", "SizeSplitMatch", "TokenAggregate")

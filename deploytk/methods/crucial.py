@@ -15,6 +15,7 @@ from deploytk.merging.reduction import register_method
 @register_method
 class Crucial(KeepRateReduction):
     name = "crucial"
+    kind = "merging"
     summary = "Crucial-token merge: each non-crucial token joins its most similar crucial (top class-attention) token"
     ops = ("CrucialMatch", "TokenAggregate")
 

@@ -14,6 +14,7 @@ from deploytk.merging.reduction import register_method
 @register_method
 class EViT(KeepRateReduction):
     name = "evit"
+    kind = "pruning + fusion"
     summary = "EViT: keep the top tokens by class attention, fuse the rest into one token"
     ops = ("TopKSelect", "TokenAggregate")
     extra_tokens = 1  # the fused token

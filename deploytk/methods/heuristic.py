@@ -58,6 +58,7 @@ def stage_radii(distance: torch.Tensor, keep_rate: float, stages: int) -> list[f
 @register_method
 class Heuristic(Reduction):
     name = "heuristic"
+    kind = "pruning"
     summary = "l1/l2/l-inf heuristic (Which Tokens to Use?): keep the patches nearest the image centre, a fixed radial pattern"
     Options = HeuristicOptions
     uses_r = False

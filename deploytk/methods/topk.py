@@ -17,6 +17,7 @@ from deploytk.merging.reduction import register_method
 @register_method
 class TopK(KeepRateReduction):
     name = "topk"
+    kind = "pruning"
     summary = "Top-K: keep the tokens the class token attends to most, drop the rest"
     ops = ("TopKSelect", "TokenAggregate")
 

@@ -17,7 +17,15 @@ from deploytk.cli import app
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "export_configs").glob("*.yaml"))
-FAST = {"deit_tiny_mctf_r8", "deit_tiny_evit_k70", "deit_tiny_crucial_k70", "deit_tiny_atm", "deit_tiny_heuristic_k70"}
+FAST = {
+    "deit_tiny_mctf_r8",
+    "deit_tiny_evit_k70",
+    "deit_tiny_crucial_k70",
+    "deit_tiny_atm",
+    "deit_tiny_heuristic_k70",
+    "deit_tiny_kmedoids_k50",
+    "deit_tiny_dpcknn_k50",
+}
 runner = CliRunner()
 
 
@@ -61,6 +69,8 @@ def test_method_config_exports_and_validates(config, tmp_path):
         "crucial": {"CrucialMatch", "TokenAggregate"},
         "atm": {"ToMeMatch", "SizeSplitMatch", "TokenAggregate"},
         "heuristic": {"TopKSelect", "TokenAggregate"},
+        "kmedoids": {"KMedoidsSelect", "TokenAggregate"},
+        "dpcknn": {"DPCKNNAssign", "TokenAggregate"},
     }[method]
     assert expected_ops <= set(manifest["custom_ops"])
     assert manifest["gflops"] < manifest["dense_gflops"]

@@ -254,7 +254,14 @@ def test_exported_graph_nodes_build_as_plugins(plugin_layer, gpu, digits_plugin_
 
 
 #: digits exports that together hold every deploytk op
-DIGITS_METHODS = ("digits_vit_mctf_r4", "digits_vit_atm", "digits_vit_topk_k70", "digits_vit_crucial_k70")
+DIGITS_METHODS = (
+    "digits_vit_mctf_r4",
+    "digits_vit_atm",
+    "digits_vit_topk_k70",
+    "digits_vit_crucial_k70",
+    "digits_vit_kmedoids_k70",
+    "digits_vit_dpcknn_k70",
+)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,93 @@
+"""K-Medoids and DPC-KNN against outputs recorded from the study's own code (scripts/record_clustering_official.py).
+
+The acceptance points of the issue: DeiT-S at keep rate 0.7 and DeiT-T at 0.5, on the same
+(seeded) weights and images, through the PyTorch reference and through the exported ONNX on
+ONNX Runtime; token counts at every keep rate; the ops on their own against the official
+clustering functions.
+"""
+
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import timm
+import torch
+from conftest import export_config, seeded_images, seeded_init
+
+from deploytk.merging.distances import pairwise_distances
+from deploytk.merging.merged_vit import build_merged
+from deploytk.methods import get_method
+from deploytk.ops.dpcknn_assign.reference import dpcknn_assign, dpcknn_centres
+from deploytk.ops.kmedoids_select.reference import kmedoids_medoids
+
+RECORDED = np.load(Path(__file__).parent.parent / "data" / "clustering_official.npz")
+MODELS = {"deit_small": "deit_small_patch16_224", "deit_tiny": "deit_tiny_patch16_224"}
+POINTS = [("deit_small", 0.7), ("deit_tiny", 0.5)]
+
+
+def official_logits(method: str, key: str, keep: float) -> np.ndarray:
+    # DPC-KNN: the official forward with its 1e-6 density noise set to 0 (deploytk breaks ties by index)
+    suffix = "_noiseless" if method == "dpcknn" else ""
+    return RECORDED[f"{method}_{key}_k{keep}_logits{suffix}"]
+
+
+def build(method: str, vit, keep: float):
+    m = get_method(method)
+    return build_merged(m, vit, 0, False, m.parse_options({"keep_rate": keep})).eval()
+
+
+@pytest.mark.parametrize("method", ["kmedoids", "dpcknn"])
+@pytest.mark.parametrize("key,keep", POINTS)
+def test_reference_matches_official_logits(method, key, keep):
+    model = build(method, seeded_init(timm.create_model(MODELS[key]), seed=1), keep)
+    with torch.no_grad():
+        got = model(seeded_images(2, seed=2)).numpy()
+    np.testing.assert_allclose(got, official_logits(method, key, keep), rtol=0, atol=1e-4)
+
+
+def test_official_dpcknn_noise_moves_its_own_logits():
+    # why the comparison above is with the noiseless official run: the noise alone moves the official logits
+    key, keep = POINTS[0]
+    noisy, noiseless = RECORDED[f"dpcknn_{key}_k{keep}_logits"], official_logits("dpcknn", key, keep)
+    assert np.abs(noisy - noiseless).max() > 1e-2
+
+
+@pytest.mark.parametrize("method", ["kmedoids", "dpcknn"])
+@pytest.mark.parametrize("key", MODELS)
+@pytest.mark.parametrize("keep", [0.25, 0.5, 0.7, 0.9])
+def test_token_counts_match_official(method, key, keep):
+    model = build(method, timm.create_model(MODELS[key]), keep)
+    s = model.schedule
+    entering = [t - r for t, r in zip(s.tokens, s.effective_r, strict=True)]  # reduction happens before the block
+    assert entering == RECORDED[f"{method}_{key}_k{keep}_tokens"].tolist()
+
+
+@pytest.mark.parametrize("method", ["kmedoids", "dpcknn"])
+@pytest.mark.parametrize("key,keep", POINTS)
+def test_onnx_runtime_matches_official_logits(method, key, keep, tmp_path):
+    weights = tmp_path / "seeded.pth"
+    torch.save(seeded_init(timm.create_model(MODELS[key]), seed=1).state_dict(), weights)
+    stem = f"{key}_{method}_k{int(keep * 100)}"
+    out = export_config(stem, tmp_path / stem, checkpoint=str(weights))
+    session = ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
+    (got,) = session.run(None, {session.get_inputs()[0].name: seeded_images(2, seed=2).numpy()})
+    assert np.abs(got - official_logits(method, key, keep)).max() <= 1e-3
+
+
+@pytest.mark.parametrize("shape", ["196x384_k137", "96x192_k48", "20x16_k6"])
+def test_ops_choose_what_the_official_functions_choose(shape):
+    base = f"kmedoids_fit_{shape}"
+    x, weight = torch.from_numpy(RECORDED[f"{base}_x"]), torch.from_numpy(RECORDED[f"{base}_weight"])
+    k = int(shape.rsplit("_k", 1)[1])
+    assert torch.equal(kmedoids_medoids(pairwise_distances(x), weight, k, 3), torch.from_numpy(RECORDED[f"{base}_medoids"]))
+    dist = pairwise_distances(x) / x.shape[-1] ** 0.5
+    assert torch.equal(dpcknn_centres(dist, k, 5), torch.from_numpy(RECORDED[f"dpcknn_fit_{shape}_centres"]))
+    assert torch.equal(dpcknn_assign(dist, k, 5), torch.from_numpy(RECORDED[f"dpcknn_fit_{shape}_assign"]))
+
+
+def test_pairwise_distances_are_torch_cdist():
+    g = torch.Generator().manual_seed(0)
+    for m in (7, 25, 26, 196):
+        x = torch.randn(2, m, 24, generator=g) * 3
+        torch.testing.assert_close(pairwise_distances(x), torch.cdist(x, x), rtol=1e-6, atol=1e-5)
