@@ -195,13 +195,14 @@ def _define(spec: OpSpec, trt, trtp) -> tuple[str, dict]:
     def dims(desc) -> list:
         return [desc.shape_expr[i] for i in range(desc.ndim)]
 
-    def static(desc) -> list:
-        """The batch stays symbolic; every other dimension of an exported graph is static."""
-        values = dims(desc)
-        for expr in values[1:]:
-            if not expr.is_constant:
+    def static(desc, tensor) -> list:
+        """The batch (a "B" in the input's layout) stays symbolic; every other dimension of an exported graph is static."""
+        values = []
+        for expr, axis in zip(dims(desc), tensor.layout.split(), strict=True):
+            if axis != "B" and not expr.is_constant:
                 raise DeploytkError("a deploytk plugin input has a dynamic dimension other than the batch; re-export the model.")
-        return values[:1] + [int(expr.constant_value()) for expr in values[1:]]
+            values.append(expr if axis == "B" else int(expr.constant_value()))
+        return values
 
     def register(**args):
         inputs = [args[name] for name in spec.input_names]
@@ -215,7 +216,7 @@ def _define(spec: OpSpec, trt, trtp) -> tuple[str, dict]:
     def aot_impl(**args):
         inputs = [args[name] for name in spec.input_names]
         fields = {name: scalar(args[name]) for name in spec.attributes}
-        variant = launch_plan(spec.name, [static(d) for d in inputs], fields, names[inputs[0].dtype])
+        variant = launch_plan(spec.name, [static(d, t) for d, t in zip(inputs, spec.inputs, strict=True)], fields, names[inputs[0].dtype])
         compiled = compile_variant(variant, build_arch())
         params = trtp.KernelLaunchParams()
         params.grid_x, params.grid_y, params.grid_z = variant.plan.grid

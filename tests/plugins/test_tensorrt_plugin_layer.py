@@ -115,10 +115,11 @@ class Build:
 
         builder = trt_standin.IExprBuilder()
         batch = trt_standin.batch_expr()
+        batched = [has_batch(t) for t in self.spec.inputs]
         in_exprs = []
-        for dims in shapes:
+        for dims, b in zip(shapes, batched, strict=True):
             exprs = trt.DimsExprs(len(dims))
-            exprs[:] = [batch] + [builder.constant(d) for d in dims[1:]]
+            exprs[:] = [batch] + [builder.constant(d) for d in dims[1:]] if b else [builder.constant(d) for d in dims]
             in_exprs.append(exprs)
         (out_exprs,) = plugin.get_output_shapes(in_exprs, [], builder)
 
@@ -126,11 +127,13 @@ class Build:
         lo, opt, hi = PROFILE
         out_static = [d.evaluate(opt) for d in out_exprs]
 
-        def dynamic(dims, dtype_):
+        def dynamic(dims, dtype_, b=True):
+            if not b:  # an input without a batch dimension (ATSSample's steps) is static
+                return trt.DynamicPluginTensorDesc(trt.PluginTensorDesc(list(dims), dtype_, trt.TensorFormat.LINEAR), dims, dims, dims)
             desc = trt.PluginTensorDesc([-1, *dims[1:]], dtype_, trt.TensorFormat.LINEAR)
             return trt.DynamicPluginTensorDesc(desc, [lo, *dims[1:]], [opt, *dims[1:]], [hi, *dims[1:]])
 
-        in_out = [dynamic(s, t) for s, t in zip(shapes, in_types, strict=True)] + [dynamic(out_static, out_type)]
+        in_out = [dynamic(s, t, b) for s, t, b in zip(shapes, in_types, batched, strict=True)] + [dynamic(out_static, out_type)]
         offered = plugin.get_supported_format_combinations(in_out, len(shapes))
         width = len(in_out)
         combinations = [tuple(d.type for d in offered[i : i + width]) for i in range(0, len(offered), width)]
@@ -154,6 +157,16 @@ class Build:
         }
 
 
+def has_batch(tensor) -> bool:
+    """Whether an input's first dimension is the (dynamic) batch: "B" in its layout."""
+    return tensor.layout.split()[0] == "B"
+
+
+def at_batch(shapes: list, spec, batch: int) -> list:
+    """The node's input shapes at a concrete batch (inputs without a batch dimension as they are)."""
+    return [[batch, *s[1:]] if has_batch(t) else list(s) for s, t in zip(shapes, spec.inputs, strict=True)]
+
+
 def _value(sym, batch: int) -> int:
     """An ISymExpr (launch parameter or extra argument) at a concrete batch."""
     return sym.expr.evaluate(batch)
@@ -164,8 +177,8 @@ def _reference_output(op: str, shapes: list, attrs: dict, batch: int, dtype: str
     spec = OPS[op]
     torch_dtype = {FP32: torch.float32, INT64: torch.int64}
     tensors = [
-        torch.empty([batch, *s[1:]], dtype=torch_dtype.get(t.kind, DTYPES[dtype]), device="meta")
-        for s, t in zip(shapes, spec.inputs, strict=True)
+        torch.empty(s, dtype=torch_dtype.get(t.kind, DTYPES[dtype]), device="meta")
+        for s, t in zip(at_batch(shapes, spec, batch), spec.inputs, strict=True)
     ]
     arguments = spec.overload._schema.arguments[len(tensors) :]
     cast = {"int": int, "float": float, "bool": bool}
@@ -205,7 +218,7 @@ def test_every_plugin_builds_through_tensorrts_plugin_layer(plugin_layer, gpu, v
         assert threads and int(threads.group(1)) == block, f"{where}: block_x {block} is not the kernel's thread count"
         assert _value(params.shared_mem, 1) <= aot.SHARED_MEM_LIMIT, where
         for batch in PROFILE:
-            concrete = [[batch, *s[1:]] for s in example.shapes]
+            concrete = at_batch(example.shapes, OPS[op], batch)
             plan = OPS[op].kernel_module().plan(concrete, example.attrs, dtype)  # the torch launcher's plan at this batch
             grid = tuple(_value(getattr(params, f"grid_{axis}"), batch) for axis in "xyz")
             assert grid == tuple(int(g) for g in plan.grid), where
@@ -261,6 +274,7 @@ DIGITS_METHODS = (
     "digits_vit_crucial_k70",
     "digits_vit_kmedoids_k70",
     "digits_vit_dpcknn_k70",
+    "digits_vit_ats_k70",
 )
 
 
