@@ -49,4 +49,6 @@ PLUGINS: dict[str, PluginDefinition] = {
     # the clustering ops take the 196 patches' pairwise distances (and K-Medoids' token weights)
     "KMedoidsSelect": PluginDefinition((Example([[B, N - 1, N - 1], [B, N - 1]], {"clusters": 137, "iterations": 3}),)),
     "DPCKNNAssign": PluginDefinition((Example([[B, N - 1, N - 1]], {"clusters": 137, "neighbors": 5}),)),
+    # ATS at keep rate 0.7 on the 196 patches: 137 CDF steps
+    "ATSSample": PluginDefinition((Example([[B, N - 1], [B, N - 1, 1], [137]], {}),)),
 }

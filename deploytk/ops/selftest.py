@@ -167,6 +167,28 @@ def _clustering_draw(shape: tuple, k: int, rng: random.Random, gen: torch.Genera
     return {"dist": dist, "weight": weight, "clusters": clusters, "shape": {"B": b, "M": m, "C": c}}
 
 
+def sampling_shapes(interpreter: bool, rng: random.Random) -> list[tuple[int, int]]:
+    """(B, M) cases for ATSSample; M = the candidate tokens."""
+    if interpreter:
+        fixed = [(2, 16), (3, 64), (2, 196)]
+        rand = [(rng.randint(1, 3), m) for m in rng.sample(range(3, 120), 1)]
+    else:
+        fixed = [(64, 196), (64, 137), (8, 576), (2, 1024)]
+        rand = [(rng.randint(1, 64), m) for m in rng.sample(range(3, 578), 3)]
+    return fixed + rand
+
+
+def _sampling_draw(shape: tuple, k: int, rng: random.Random, gen: torch.Generator) -> dict:
+    """Significance scores (some 0, few levels on even draws: ties) and sizes with empty (0) tokens at the end."""
+    b, m = shape
+    levels = 5 if k % 2 == 0 else 10000
+    scores = torch.randint(0, levels + 1, (b, m), generator=gen).float() / levels
+    size = torch.ones(b, m, 1)
+    for row in range(b):
+        size[row, m - rng.randint(0, m // 4) :] = 0.0
+    return {"scores": scores, "size": size, "shape": {"B": b, "M": m}}
+
+
 @dataclass(frozen=True)
 class Family:
     """Seeded shapes (native or interpreter-sized) and one input draw per shape."""
@@ -182,6 +204,7 @@ FAMILIES = {
     "tome": Family(match_shapes, _tome_draw),
     "selection": Family(selection_shapes, _selection_draw),
     "clustering": Family(clustering_shapes, _clustering_draw),
+    "sampling": Family(sampling_shapes, _sampling_draw),
 }
 
 

@@ -80,6 +80,7 @@ def test_selftest_fails_when_a_kernel_is_wrong(monkeypatch):
         "MctfMatch": lambda m, rc, s, *a: rotate(ops.mctf_match(m.float(), rc.float(), s.float(), *a)),
         "KMedoidsSelect": lambda d, w, k, it: rotate(ops.kmedoids_select(d.float(), w.float(), k, it)),
         "DPCKNNAssign": lambda d, k, nb: rotate(ops.dpcknn_assign(d.float(), k, nb)),
+        "ATSSample": lambda s, z, st: rotate(ops.ats_sample(s.float(), z, st)),
     }
     assert set(wrong) == set(OPS)
     for name, fn in wrong.items():

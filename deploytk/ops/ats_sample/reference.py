@@ -1,0 +1,27 @@
+"""Eager reference of ``ATSSample``: ATS's inverse-transform sampling (Fayyaz et al., ECCV 2022), as the study runs it.
+
+The significance scores are normalised (sum + 1e-6) into a CDF over the candidate tokens;
+empty tokens (size 0: slots an earlier ATS block left empty) get CDF + 0.1, as the official
+code does for its masked tokens; each of the fixed ``steps`` picks the token whose CDF is
+nearest (|step - cdf|, the first token on ties). The distinct picked tokens keep their
+order and take the first slots; a step that picks an already picked token leaves a slot
+empty at the end (it receives no token, so its size is 0).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def ats_cdf(scores: torch.Tensor, size: torch.Tensor) -> torch.Tensor:
+    """[B, M] the official CDF: normalised cumulative significance, + 0.1 on empty tokens."""
+    cdf = (scores / (scores.sum(dim=-1, keepdim=True) + 1e-6)).cumsum(dim=1)
+    return torch.where(size[..., 0] > 0, cdf, cdf + 0.1)
+
+
+def ats_sample(scores: torch.Tensor, size: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+    """dest [B, M]: picked tokens -> slots 0.. in token order; the others -> slot len(steps) (dropped)."""
+    cdf = ats_cdf(scores, size)
+    picked = (steps[None, :, None] - cdf[:, None, :]).abs().argmin(dim=-1)  # [B, S]
+    sampled = torch.zeros_like(cdf, dtype=torch.bool).scatter(1, picked, True)
+    return torch.where(sampled, sampled.long().cumsum(dim=1) - 1, steps.shape[0])
