@@ -1,7 +1,7 @@
-"""Record the official K-Medoids and DPC-KNN outputs of "Which Tokens to Use?" for deploytk's tests.
+"""Record the official K-Medoids, DPC-KNN and ATS outputs of "Which Tokens to Use?" for deploytk's tests.
 
-Runs the study's own code (JoakimHaurum/TokenReduction, ``models/kmedoids.py`` and
-``models/dpcknn.py``) and writes ``tests/data/clustering_official.npz``:
+Runs the study's own code (JoakimHaurum/TokenReduction, ``models/kmedoids.py``,
+``models/dpcknn.py`` and ``models/ats.py``) and writes ``tests/data/study_official.npz``:
 
 - ``{method}_{model}_k{keep}_logits``: the official model's forward (``KMedoidsVisionTransformer``
   token-weighted, 3 iterations; ``DPCKNNVisionTransformer`` with ``--equal_weight``, 5 neighbours)
@@ -9,6 +9,11 @@ Runs the study's own code (JoakimHaurum/TokenReduction, ``models/kmedoids.py`` a
   ``seeded_images(2, seed=2)``, reducing before blocks 3, 6, 9;
 - ``{method}_{model}_k{keep}_tokens``: the tokens each block received in that forward, for the
   study's keep rates 0.25, 0.5, 0.7, 0.9;
+- ``ats_{model}_k{keep}_logits`` / ``_tokens``: ``ATSVisionTransformer`` (sampling in blocks 3, 6, 9);
+  ``_logits_exact`` with the step-to-CDF distances taken exactly (``torch.cdist``'s
+  ``donot_use_mm_for_euclid_dist`` mode): the default mode computes them as sqrt(s^2 + c^2 - 2sc),
+  whose rounding (~3e-4 near 0) decides picks between two tokens, where deploytk takes |s - c|.
+  ATS's token counts depend on the batch (it pads to the most tokens any image kept);
 - ``kmedoids_fit_*`` / ``dpcknn_fit_*``: the official clustering functions on seeded random
   tokens (their chosen medoids / assignments), to check deploytk's ops on their own.
 
@@ -22,7 +27,7 @@ index instead, and on random weights the densities are ~1e-5..1e-3, so the noise
 the official logits (by up to 0.07 across seeds on DeiT-S). Only the recorded outputs are kept
 in the repository.
 
-Usage: python scripts/record_clustering_official.py PATH/TO/TokenReduction
+Usage: python scripts/record_study_official.py PATH/TO/TokenReduction
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 from conftest import seeded_images, seeded_init  # noqa: E402
 
-OUT = ROOT / "tests" / "data" / "clustering_official.npz"
+OUT = ROOT / "tests" / "data" / "study_official.npz"
 REDUCTION_LOC = [3, 6, 9]  # the study's blocks 4, 7 and 10, 0-indexed
 KEEP_RATES = (0.25, 0.5, 0.7, 0.9)
 MODELS = {"deit_small": "deit_small_patch16_224", "deit_tiny": "deit_tiny_patch16_224"}
@@ -70,7 +75,19 @@ def official_model(module, cls_name: str, vit, keep_rate: float, method: str):
     model.cluster_loc = REDUCTION_LOC
     counts = [int(vit.patch_embed.num_patches * keep_rate ** (idx + 1)) for idx in range(len(REDUCTION_LOC))]
     dim, heads = vit.embed_dim, vit.blocks[0].attn.num_heads
-    if method == "kmedoids":
+    if method == "ats":
+        model.sample_loc = REDUCTION_LOC
+        samples = dict(zip(REDUCTION_LOC, counts, strict=True))
+        blocks = []
+        for i, blk in enumerate(vit.blocks):
+            count = samples[i] + 1 if i in samples else 0  # ATS's bound: int(keep^(s+1) * patches) + 1
+            ob = module.ATSBlock(
+                dim, heads, mlp_ratio=4.0, qkv_bias=True, norm_layer=partial(nn.LayerNorm, eps=1e-6), ats_sample_count=count
+            )
+            ob.load_state_dict(blk.state_dict())
+            blocks.append(ob)
+        model.blocks = nn.ModuleList(blocks)
+    elif method == "kmedoids":
         model.cluster_layers = nn.ModuleList([module.KMedoids(c, 3, False) for c in counts])
         blocks = []
         for blk in vit.blocks:
@@ -85,11 +102,22 @@ def official_model(module, cls_name: str, vit, keep_rate: float, method: str):
 
 
 def block_inputs(model) -> list[int]:
-    """Record the token count each block receives during the next forward."""
+    """Record the token count each block's MLP receives during the next forward (ATS samples before it)."""
     seen = []
     for blk in model.blocks:
-        blk.register_forward_pre_hook(lambda _m, args: seen.append(int(args[0].shape[1])))
+        blk.mlp.register_forward_pre_hook(lambda _m, args: seen.append(int(args[0].shape[1])))
     return seen
+
+
+def exact_cdist(module, model) -> torch.Tensor:
+    """The official ATS forward with torch.cdist in its exact (difference) mode."""
+    cdist = module.torch.cdist
+    module.torch.cdist = lambda a, b: cdist(a, b, compute_mode="donot_use_mm_for_euclid_dist")
+    try:
+        with torch.no_grad():
+            return model(seeded_images(2, seed=2))
+    finally:
+        module.torch.cdist = cdist
 
 
 def noiseless(module, model) -> torch.Tensor:
@@ -104,8 +132,8 @@ def noiseless(module, model) -> torch.Tensor:
 
 
 def main(repo: Path) -> None:
-    modules = {"kmedoids": load(repo, "kmedoids"), "dpcknn": load(repo, "dpcknn")}
-    classes = {"kmedoids": "KMedoidsVisionTransformer", "dpcknn": "DPCKNNVisionTransformer"}
+    modules = {"kmedoids": load(repo, "kmedoids"), "dpcknn": load(repo, "dpcknn"), "ats": load(repo, "ats")}
+    classes = {"kmedoids": "KMedoidsVisionTransformer", "dpcknn": "DPCKNNVisionTransformer", "ats": "ATSVisionTransformer"}
     out = {}
     for key, name in MODELS.items():
         for keep in KEEP_RATES:
@@ -121,6 +149,8 @@ def main(repo: Path) -> None:
                     out[f"{method}_{key}_k{keep}_logits"] = logits.numpy()
                 if (key, keep) in LOGITS_AT and method == "dpcknn":
                     out[f"{method}_{key}_k{keep}_logits_noiseless"] = noiseless(module, model).numpy()
+                if (key, keep) in LOGITS_AT and method == "ats":
+                    out[f"{method}_{key}_k{keep}_logits_exact"] = exact_cdist(module, model).numpy()
     gen = torch.Generator().manual_seed(5)
     for b, n, c, k in [(2, 196, 384, 137), (3, 96, 192, 48), (2, 20, 16, 6)]:
         x = torch.randn(b, n, c, generator=gen) + torch.randn(b, 1, c, generator=gen)

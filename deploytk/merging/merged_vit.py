@@ -60,6 +60,11 @@ class MergedViT(nn.Module):
     def __init__(self, vit: nn.Module, reduction: Reduction, prop_attn: bool = True):
         super().__init__()
         check_supported(vit)
+        if reduction.needs_prop_attn and not prop_attn:
+            raise DeploytkError(
+                f"method {reduction.name} needs `merge.prop_attn: true`: it leaves empty token slots of size 0, "
+                "which only proportional attention (log size = -inf) ignores."
+            )
         self.vit = vit
         self.reduction = reduction
         self.prop_attn = prop_attn

@@ -44,6 +44,8 @@ class Reduction(nn.Module):
     kind: ClassVar[str] = "none"
     #: the method has trained parameters of its own (loaded with the checkpoint)
     learned: ClassVar[bool] = False
+    #: the method leaves tokens of size 0 that only proportional attention ignores (``merge.prop_attn`` must be true)
+    needs_prop_attn: ClassVar[bool] = False
 
     def __init__(self, vit: nn.Module, r_per_layer: list[int], options: MethodOptions):
         super().__init__()

@@ -25,6 +25,7 @@ FAST = {
     "deit_tiny_heuristic_k70",
     "deit_tiny_kmedoids_k50",
     "deit_tiny_dpcknn_k50",
+    "deit_tiny_ats_k50",
 }
 runner = CliRunner()
 
@@ -71,6 +72,7 @@ def test_method_config_exports_and_validates(config, tmp_path):
         "heuristic": {"TopKSelect", "TokenAggregate"},
         "kmedoids": {"KMedoidsSelect", "TokenAggregate"},
         "dpcknn": {"DPCKNNAssign", "TokenAggregate"},
+        "ats": {"ATSSample", "TokenAggregate", "ProportionalAttention"},
     }[method]
     assert expected_ops <= set(manifest["custom_ops"])
     assert manifest["gflops"] < manifest["dense_gflops"]

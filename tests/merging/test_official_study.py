@@ -1,4 +1,4 @@
-"""K-Medoids and DPC-KNN against outputs recorded from the study's own code (scripts/record_clustering_official.py).
+"""K-Medoids, DPC-KNN and ATS against outputs recorded from the study's own code (scripts/record_study_official.py).
 
 The acceptance points of the issue: DeiT-S at keep rate 0.7 and DeiT-T at 0.5, on the same
 (seeded) weights and images, through the PyTorch reference and through the exported ONNX on
@@ -21,23 +21,27 @@ from deploytk.methods import get_method
 from deploytk.ops.dpcknn_assign.reference import dpcknn_assign, dpcknn_centres
 from deploytk.ops.kmedoids_select.reference import kmedoids_medoids
 
-RECORDED = np.load(Path(__file__).parent.parent / "data" / "clustering_official.npz")
+RECORDED = np.load(Path(__file__).parent.parent / "data" / "study_official.npz")
 MODELS = {"deit_small": "deit_small_patch16_224", "deit_tiny": "deit_tiny_patch16_224"}
 POINTS = [("deit_small", 0.7), ("deit_tiny", 0.5)]
 
 
+METHODS = ["kmedoids", "dpcknn", "ats"]
+
+
 def official_logits(method: str, key: str, keep: float) -> np.ndarray:
-    # DPC-KNN: the official forward with its 1e-6 density noise set to 0 (deploytk breaks ties by index)
-    suffix = "_noiseless" if method == "dpcknn" else ""
+    # DPC-KNN: the official forward with its 1e-6 density noise set to 0 (deploytk breaks ties by index);
+    # ATS: with the step-to-CDF distances taken exactly (torch.cdist's difference mode)
+    suffix = {"dpcknn": "_noiseless", "ats": "_exact"}.get(method, "")
     return RECORDED[f"{method}_{key}_k{keep}_logits{suffix}"]
 
 
 def build(method: str, vit, keep: float):
     m = get_method(method)
-    return build_merged(m, vit, 0, False, m.parse_options({"keep_rate": keep})).eval()
+    return build_merged(m, vit, 0, m.needs_prop_attn, m.parse_options({"keep_rate": keep})).eval()
 
 
-@pytest.mark.parametrize("method", ["kmedoids", "dpcknn"])
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("key,keep", POINTS)
 def test_reference_matches_official_logits(method, key, keep):
     model = build(method, seeded_init(timm.create_model(MODELS[key]), seed=1), keep)
@@ -53,17 +57,43 @@ def test_official_dpcknn_noise_moves_its_own_logits():
     assert np.abs(noisy - noiseless).max() > 1e-2
 
 
+def mlp_tokens(model) -> list[int]:
+    """Tokens each block's MLP gets (the clustering methods reduce before the block, ATS after attention)."""
+    s = model.schedule
+    return [t - r for t, r in zip(s.tokens, s.effective_r, strict=True)]
+
+
 @pytest.mark.parametrize("method", ["kmedoids", "dpcknn"])
 @pytest.mark.parametrize("key", MODELS)
 @pytest.mark.parametrize("keep", [0.25, 0.5, 0.7, 0.9])
 def test_token_counts_match_official(method, key, keep):
     model = build(method, timm.create_model(MODELS[key]), keep)
-    s = model.schedule
-    entering = [t - r for t, r in zip(s.tokens, s.effective_r, strict=True)]  # reduction happens before the block
-    assert entering == RECORDED[f"{method}_{key}_k{keep}_tokens"].tolist()
+    assert mlp_tokens(model) == RECORDED[f"{method}_{key}_k{keep}_tokens"].tolist()
 
 
-@pytest.mark.parametrize("method", ["kmedoids", "dpcknn"])
+@pytest.mark.parametrize("key", MODELS)
+@pytest.mark.parametrize("keep", [0.25, 0.5, 0.7, 0.9])
+def test_ats_slots_are_the_official_bound(key, keep):
+    # ATS keeps a batch-dependent count (the official code pads to the most any image kept); deploytk's
+    # static slots are its bound: one per CDF step, int(keep^(s+1) * 196) + 1 - 1 of them (or one more,
+    # when torch.arange's rounding keeps the last step)
+    model = build("ats", timm.create_model(MODELS[key]), keep)
+    official = RECORDED[f"ats_{key}_k{keep}_tokens"].tolist()
+    steps = {i: getattr(model.reduction, f"steps_{i}").numel() for i in (3, 6, 9)}
+    assert [1 + steps[i] for i in (3, 6, 9)] == [mlp_tokens(model)[i] for i in (3, 6, 9)]
+    assert all(o <= d for o, d in zip(official, mlp_tokens(model), strict=True))
+    if keep <= 0.5:
+        assert official == mlp_tokens(model)  # no duplicate samples at these rates (recorded)
+
+
+def test_ats_empty_slots_change_nothing():
+    # DeiT-S at 0.7: the official run kept fewer tokens than deploytk has slots (duplicate samples), and the
+    # logits still agree (test_reference_matches_official_logits): the size-0 slots are ignored exactly
+    model = build("ats", timm.create_model(MODELS["deit_small"]), 0.7)
+    assert sum(RECORDED["ats_deit_small_k0.7_tokens"]) < sum(mlp_tokens(model))
+
+
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("key,keep", POINTS)
 def test_onnx_runtime_matches_official_logits(method, key, keep, tmp_path):
     weights = tmp_path / "seeded.pth"

@@ -23,7 +23,8 @@ def test_declared_ops_are_the_traced_ones(name):
     """``Reduction.ops`` (what `deploytk methods` lists) against the deploytk ops torch.export finds in the model."""
     method = get_method(name)
     vit = seeded_init(timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=4, embed_dim=48, num_heads=3, depth=12))
-    model = build_merged(method, vit, 4, False, method.parse_options({})).eval()  # no prop_attn: only the method's ops
+    # no prop_attn (only the method's ops), unless the method needs it
+    model = build_merged(method, vit, 4, method.needs_prop_attn, method.parse_options({})).eval()
     with torch.no_grad():
         program = torch.export.export(model, (torch.zeros(2, 3, 32, 32),))
     traced = traced_op_counts(program.graph)

@@ -1,4 +1,4 @@
-"""KMedoidsSelect and DPCKNNAssign: ONNX bodies vs torch, hand-worked cases, bad input."""
+"""KMedoidsSelect, DPCKNNAssign and ATSSample: ONNX bodies vs torch, hand-worked cases, bad input."""
 
 import numpy as np
 import pytest
@@ -54,6 +54,28 @@ def test_dpcknn_hand_case_centres_by_density_peak_and_ties_by_index():
     assert ops.dpcknn_assign(dist, 3, 2).tolist() == [[2, 2, 2, 0, 1, 1]]  # A gets its own centre
 
 
+@pytest.mark.parametrize("b,m,count", [(2, 196, 138), (3, 50, 26), (1, 20, 21), (2, 30, 2)])
+def test_ats_body_equals_torch(b, m, count):
+    g = torch.Generator().manual_seed(m)
+    scores = torch.rand(b, m, generator=g) * (torch.rand(b, m, generator=g) > 0.2)
+    size = torch.ones(b, m, 1)
+    size[0, m - m // 5 :] = 0  # empty slots at the end
+    steps = torch.arange(1 / (2 * count), (2 * count - 1) / (2 * count), 2 / (2 * count))
+    got = run_node("ATSSample", {"scores": scores.numpy(), "size": size.numpy(), "steps": steps.numpy()}, TensorProto.INT64, 2)
+    np.testing.assert_array_equal(got, ops.ats_sample(scores, size, steps).numpy())
+
+
+def test_ats_hand_case_duplicates_leave_an_empty_slot():
+    # scores 1, 1, 1, 1 -> CDF 0.25, 0.5, 0.75, 1.0: steps 0.1 and 0.55 pick tokens 0 and 1 (0.5 is nearer
+    # 0.55 than 0.75), 0.5 picks token 1 again: 2 tokens in 3 slots, slot 2 stays empty
+    scores, size = torch.ones(1, 4), torch.ones(1, 4, 1)
+    assert ops.ats_sample(scores, size, torch.tensor([0.1, 0.5, 0.55])).tolist() == [[0, 1, 3, 3]]
+    # an empty token (size 0) has CDF + 0.1: 1.1, so step 0.9 picks token 2 (CDF 1.0), not token 3
+    scores = torch.tensor([[1.0, 1.0, 2.0, 0.0]])
+    size = torch.tensor([[[1.0], [1.0], [1.0], [0.0]]])
+    assert ops.ats_sample(scores, size, torch.tensor([0.1, 0.5, 0.9])).tolist() == [[0, 1, 2, 3]]
+
+
 @pytest.mark.parametrize(
     "call,message",
     [
@@ -64,6 +86,8 @@ def test_dpcknn_hand_case_centres_by_density_peak_and_ties_by_index():
         (lambda: ops.dpcknn_assign(torch.rand(2, 5, 5), 0, 2), r"clusters must be in \[1, 5\]"),
         (lambda: ops.dpcknn_assign(torch.rand(2, 5, 5), 2, 6), r"neighbors=6 must be in \[1, 5\]"),
         (lambda: ops.dpcknn_assign(torch.rand(5, 5), 2, 2), r"expects pairwise distances dist \[B, M, M\]"),
+        (lambda: ops.ats_sample(torch.rand(2, 5), torch.ones(2, 4, 1), torch.rand(3)), r"got scores \(2, 5\), size \(2, 4, 1\)"),
+        (lambda: ops.ats_sample(torch.rand(2, 5), torch.ones(2, 5, 1), torch.rand(6)), r"6 steps for 5 tokens"),
     ],
 )
 def test_clustering_ops_reject_bad_input_before_compute(call, message):
