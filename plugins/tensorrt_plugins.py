@@ -196,13 +196,12 @@ def _define(spec: OpSpec, trt, trtp) -> tuple[str, dict]:
         return [desc.shape_expr[i] for i in range(desc.ndim)]
 
     def static(desc, tensor) -> list:
-        """The batch (a "B" in the input's layout) stays symbolic; every other dimension of an exported graph is static."""
-        values = []
-        for expr, axis in zip(dims(desc), tensor.layout.split(), strict=True):
-            if axis != "B" and not expr.is_constant:
-                raise DeploytkError("a deploytk plugin input has a dynamic dimension other than the batch; re-export the model.")
-            values.append(expr if axis == "B" else int(expr.constant_value()))
-        return values
+        """The batch (``tensor.batched``) stays symbolic; every other dimension of an exported graph is static."""
+        values = dims(desc)
+        fixed = values[1:] if tensor.batched else values
+        if not all(expr.is_constant for expr in fixed):
+            raise DeploytkError("a deploytk plugin input has a dynamic dimension other than the batch; re-export the model.")
+        return values[:1] * tensor.batched + [int(expr.constant_value()) for expr in fixed]
 
     def register(**args):
         inputs = [args[name] for name in spec.input_names]

@@ -26,6 +26,11 @@ def attend(probs, v):
     return probs.to(v.dtype) @ v
 
 
+def attention_gate(attn: nn.Module, x):
+    """The sigmoid gate of a gated timm Attention on its input ``x``; None for an ungated one."""
+    return attn.gate(x).sigmoid() if getattr(attn, "gate", None) is not None else None
+
+
 def attention_output(attn: nn.Module, out, gate=None):
     """[B, H, N, D] attention values -> timm Attention's output (norm, gate, proj)."""
     b, _, n, _ = out.shape

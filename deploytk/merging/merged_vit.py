@@ -18,7 +18,7 @@ from torch import nn
 
 import deploytk.ops  # noqa: F401  (registers torch.ops.deploytk.*)
 from deploytk.errors import DeploytkError
-from deploytk.merging.attention import attend, attention_output, attention_probs, qkv_heads
+from deploytk.merging.attention import attend, attention_gate, attention_output, attention_probs, qkv_heads
 from deploytk.merging.reduction import MethodOptions, Reduction
 from deploytk.merging.schedule import TokenSchedule, parse_r
 
@@ -115,8 +115,13 @@ class MergedViT(nn.Module):
         attn_out = blk.norm1(attn_out) if post_norm else blk.ls1(attn_out)
         x = x + blk.drop_path1(attn_out)
         x, size = self.reduction.reduce(self, i, x, size, metric, cls_attn)
-        mlp_out = blk.norm2(blk.mlp(x)) if post_norm else blk.ls2(blk.mlp(blk.norm2(x)))
-        return x + blk.drop_path2(mlp_out), size
+        return self.mlp_residual(blk, x), size
+
+    @staticmethod
+    def mlp_residual(blk: nn.Module, x):
+        """x + the block's MLP branch (post-norm for ResPostBlock, LayerScale for pre-norm blocks)."""
+        mlp_out = blk.norm2(blk.mlp(x)) if isinstance(blk, ResPostBlock) else blk.ls2(blk.mlp(blk.norm2(x)))
+        return x + blk.drop_path2(mlp_out)
 
     def block_with_attention_map(self, blk: nn.Module, x, size):
         """One block without reduction, its attention run in plain ops so that the map is kept:
@@ -124,13 +129,12 @@ class MergedViT(nn.Module):
         post_norm = isinstance(blk, ResPostBlock)
         attn = blk.attn
         h = x if post_norm else blk.norm1(x)
-        gate = attn.gate(h).sigmoid() if getattr(attn, "gate", None) is not None else None
+        gate = attention_gate(attn, h)
         q, k, v = qkv_heads(attn, h)
         probs = attention_probs(attn, q, k, size if self.prop_attn else None)
         out = attention_output(attn, attend(probs, v), gate)
         x = x + blk.drop_path1(blk.norm1(out) if post_norm else blk.ls1(out))
-        mlp_out = blk.norm2(blk.mlp(x)) if post_norm else blk.ls2(blk.mlp(blk.norm2(x)))
-        return x + blk.drop_path2(mlp_out), probs
+        return self.mlp_residual(blk, x), probs
 
     def match(self, op_name: str, *args):
         """A matching/selection op (-> ``dest``), routed through ``dest_hook`` when one is set.
@@ -148,7 +152,7 @@ class MergedViT(nn.Module):
         Also returns the keys averaged over heads (ToMe's metric) and, if asked, the attention
         the class token pays every token (mean over heads) [B, N].
         """
-        gate = attn.gate(x).sigmoid() if getattr(attn, "gate", None) is not None else None
+        gate = attention_gate(attn, x)
         q, k, v = qkv_heads(attn, x)
         if self.prop_attn:
             out = torch.ops.deploytk.proportional_attention(q, k, v, size, float(attn.scale))

@@ -17,16 +17,12 @@ import torch
 from timm.models.vision_transformer import ResPostBlock
 
 from deploytk.errors import DeploytkError
-from deploytk.merging.attention import attention_output, attention_probs, qkv_heads
+from deploytk.merging.attention import attention_gate, attention_output, attention_probs, qkv_heads
 from deploytk.merging.keep_rate import KeepRateOptions
 from deploytk.merging.merged_vit import aggregate_size
 from deploytk.merging.reduction import Reduction, check_layers, register_method
 from deploytk.merging.schedule import TokenSchedule
-
-
-def ats_steps(count: int) -> torch.Tensor:
-    """The study's CDF steps for sample count K: arange(1/(2K), (2K-1)/(2K), 1/K) in float32 (K - 1 or K of them)."""
-    return torch.arange(1 / (2 * count), (2 * count - 1) / (2 * count), 2 / (2 * count))
+from deploytk.ops.ats_sample.reference import ats_steps
 
 
 @register_method
@@ -66,7 +62,7 @@ class ATS(Reduction):
             return model.standard_block(i, blk, x, size)
         attn, p = blk.attn, self.protected
         h = blk.norm1(x)
-        gate = attn.gate(h).sigmoid() if getattr(attn, "gate", None) is not None else None
+        gate = attention_gate(attn, h)
         q, k, v = qkv_heads(attn, h)
         out = torch.ops.deploytk.proportional_attention(q, k, v, size, float(attn.scale))
         cls_attn = attention_probs(attn, q[:, :, :1], k, size)[:, :, 0, p:]  # [B, H, M] per head
@@ -76,4 +72,4 @@ class ATS(Reduction):
         kept = torch.ops.deploytk.token_aggregate(x[:, p:], torch.ones_like(size[:, p:]), dest, slots, False)
         x = torch.cat([x[:, :p], kept], dim=1)
         size = torch.cat([size[:, :p], aggregate_size(size[:, p:], dest, slots)], dim=1)
-        return x + blk.drop_path2(blk.ls2(blk.mlp(blk.norm2(x)))), size
+        return model.mlp_residual(blk, x), size

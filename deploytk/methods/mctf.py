@@ -18,7 +18,7 @@ from pydantic import Field, StrictBool, StrictFloat, StrictInt
 from timm.models.vision_transformer import ResPostBlock
 
 from deploytk.errors import DeploytkError
-from deploytk.merging.attention import attend, attention_output, attention_probs
+from deploytk.merging.attention import attend, attention_gate, attention_output, attention_probs
 from deploytk.merging.merged_vit import aggregate_size
 from deploytk.merging.reduction import MethodOptions, Reduction, check_layers, register_method
 from deploytk.merging.schedule import TokenSchedule
@@ -83,7 +83,7 @@ class MCTF(Reduction):
             h = blk.norm1(x)
             q, k, v = _split_qkv(attn, h, "qkv")
             probs = attention_probs(attn, q, k, keep_size)
-            x = x + blk.drop_path1(blk.ls1(attention_output(attn, attend(probs, v), _gate(attn, h))))
+            x = x + blk.drop_path1(blk.ls1(attention_output(attn, attend(probs, v), attention_gate(attn, h))))
             x = x + blk.drop_path2(blk.ls2(blk.mlp(blk.norm2(x))))
             x, size, _ = self._fuse(model, x, size, probs, r, attn_next=False)
             return x, size
@@ -93,7 +93,7 @@ class MCTF(Reduction):
         h = blk.norm1(x)
         if mode == "approx":  # one-step-ahead: the fused map stands in for the next attention map
             (v,) = _split_qkv(attn, h, "v")
-            out = attention_output(attn, attend(probs_next, v), _gate(attn, h))
+            out = attention_output(attn, attend(probs_next, v), attention_gate(attn, h))
         else:
             out = model.attention(attn, h, size)[0]
         x = x + blk.drop_path1(blk.ls1(out))
@@ -123,10 +123,6 @@ class MCTF(Reduction):
             rows = aggregate(rows, weight, dest, n_out, True)  # weighted mean of the fused queries
             probs_next = rows.reshape(b, n_out, h, n_out).permute(0, 2, 1, 3)
         return x_new, size_new, probs_next
-
-
-def _gate(attn, h):
-    return attn.gate(h).sigmoid() if getattr(attn, "gate", None) is not None else None
 
 
 def _split_qkv(attn, h, which: str):

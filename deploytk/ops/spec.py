@@ -36,6 +36,11 @@ class Tensor:
     def rank(self) -> int:
         return len(self.layout.split())
 
+    @property
+    def batched(self) -> bool:
+        """Whether the first dimension is the (dynamic) batch; inputs such as ATSSample's steps [S] have none."""
+        return self.layout.split()[0] == "B"
+
 
 def floats(layout: str) -> Tensor:
     return Tensor(FLOAT, layout)

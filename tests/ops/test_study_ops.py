@@ -8,6 +8,7 @@ from test_reduction_ops import run_node
 
 from deploytk.errors import DeploytkError
 from deploytk.merging.distances import pairwise_distances
+from deploytk.ops.ats_sample.reference import ats_steps
 
 ops = torch.ops.deploytk
 
@@ -60,7 +61,7 @@ def test_ats_body_equals_torch(b, m, count):
     scores = torch.rand(b, m, generator=g) * (torch.rand(b, m, generator=g) > 0.2)
     size = torch.ones(b, m, 1)
     size[0, m - m // 5 :] = 0  # empty slots at the end
-    steps = torch.arange(1 / (2 * count), (2 * count - 1) / (2 * count), 2 / (2 * count))
+    steps = ats_steps(count)
     got = run_node("ATSSample", {"scores": scores.numpy(), "size": size.numpy(), "steps": steps.numpy()}, TensorProto.INT64, 2)
     np.testing.assert_array_equal(got, ops.ats_sample(scores, size, steps).numpy())
 

@@ -115,7 +115,7 @@ class Build:
 
         builder = trt_standin.IExprBuilder()
         batch = trt_standin.batch_expr()
-        batched = [has_batch(t) for t in self.spec.inputs]
+        batched = [t.batched for t in self.spec.inputs]
         in_exprs = []
         for dims, b in zip(shapes, batched, strict=True):
             exprs = trt.DimsExprs(len(dims))
@@ -157,14 +157,9 @@ class Build:
         }
 
 
-def has_batch(tensor) -> bool:
-    """Whether an input's first dimension is the (dynamic) batch: "B" in its layout."""
-    return tensor.layout.split()[0] == "B"
-
-
 def at_batch(shapes: list, spec, batch: int) -> list:
     """The node's input shapes at a concrete batch (inputs without a batch dimension as they are)."""
-    return [[batch, *s[1:]] if has_batch(t) else list(s) for s, t in zip(shapes, spec.inputs, strict=True)]
+    return [[batch, *s[1:]] if t.batched else list(s) for s, t in zip(shapes, spec.inputs, strict=True)]
 
 
 def _value(sym, batch: int) -> int:

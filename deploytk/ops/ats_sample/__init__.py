@@ -14,6 +14,7 @@ import torch
 from deploytk.errors import DeploytkError
 from deploytk.ops.ats_sample.onnx_function import ATSSample
 from deploytk.ops.ats_sample.reference import ats_sample as reference
+from deploytk.ops.ats_sample.reference import ats_steps
 from deploytk.ops.flop_rules import no_flops
 from deploytk.ops.spec import INT64, OpSpec, SelftestPlan, floats, fp32
 from deploytk.ops.ties import ties_when_perturbed
@@ -48,7 +49,7 @@ def _selftest_calls(draw: dict) -> list:
     m = draw["scores"].shape[1]
     calls = []
     for count in (2, max(2, m // 2), m):
-        steps = torch.arange(1 / (2 * count), (2 * count - 1) / (2 * count), 2 / (2 * count))  # the official steps
+        steps = ats_steps(count)
         calls.append(([draw["scores"], draw["size"], steps], {**draw["shape"], "steps": steps.numel()}))
     return calls
 

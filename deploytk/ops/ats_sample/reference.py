@@ -13,6 +13,11 @@ from __future__ import annotations
 import torch
 
 
+def ats_steps(count: int) -> torch.Tensor:
+    """The study's CDF steps for sample count K: arange(1/(2K), (2K-1)/(2K), 1/K) in float32 (K - 1 or K of them)."""
+    return torch.arange(1 / (2 * count), (2 * count - 1) / (2 * count), 2 / (2 * count))
+
+
 def ats_cdf(scores: torch.Tensor, size: torch.Tensor) -> torch.Tensor:
     """[B, M] the official CDF: normalised cumulative significance, + 0.1 on empty tokens."""
     cdf = (scores / (scores.sum(dim=-1, keepdim=True) + 1e-6)).cumsum(dim=1)
