@@ -222,3 +222,24 @@ def test_calibrate_cli_without_images_fails_cleanly_and_writes_nothing(tmp_path)
     )
     assert result.exit_code == 2 and "calibration is for method atm" in result.output
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "method,options,prop_attn,message",
+    [
+        ("ats", {}, False, r"method ats needs `merge.prop_attn: true`: it leaves empty token slots of size 0"),
+        ("kmedoids", {"layers": [0, 6]}, False, r"cannot cluster before block 0; remove 0 from `merge.options.layers`"),
+        (
+            "dpcknn",
+            {"keep_rate": 0.01},
+            False,
+            r"`merge.options.keep_rate` = 0.01 leaves int\(196 \* keep_rate\^s\) = 0 clusters at block 6",
+        ),
+        ("dpcknn", {"neighbors": 65}, False, r"`merge.options.neighbors` = 65: Input should be less than or equal to 64"),
+        ("kmedoids", {"iterations": -1}, False, r"`merge.options.iterations` = -1: Input should be greater than or equal to 0"),
+    ],
+)
+def test_study_methods_refuse_bad_settings_with_the_reason(method, options, prop_attn, message):
+    m = get_method(method)
+    with pytest.raises(DeploytkError, match=message):
+        build_merged(m, timm.create_model("deit_tiny_patch16_224"), 0, prop_attn, m.parse_options(options))
