@@ -19,7 +19,7 @@ from torch import nn
 from deploytk.config import DeployConfig
 from deploytk.errors import DeploytkError
 from deploytk.merging.merged_vit import MergedViT, build_merged
-from deploytk.methods import get_method
+from deploytk.methods import METHODS, get_method
 
 RANDOM_INIT_SEED = 0
 
@@ -61,7 +61,7 @@ def create_vit(cfg: DeployConfig) -> nn.Module:
             "the VisionTransformer family (vit_*, deit_*, deit3_*, ...)."
         )
     if cfg.checkpoint:
-        load_checkpoint(model, Path(cfg.checkpoint))
+        load_checkpoint(model, Path(cfg.checkpoint), get_method(cfg.merge.method).checkpoint_prefix)
     return model.eval()
 
 
@@ -87,9 +87,33 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-def load_checkpoint(model: nn.Module, path: Path) -> None:
-    """Load a state_dict strictly, naming any missing/unexpected/mis-shaped parameter."""
-    state = read_state_dict(path)
+def split_checkpoint(state: dict[str, torch.Tensor], prefix: str | None) -> tuple[dict, dict]:
+    """(the timm ViT's keys, a learned method's keys under ``prefix.``); both keep their names."""
+    if not prefix:
+        return state, {}
+    mine = {k: v for k, v in state.items() if k.startswith(prefix + ".")}
+    return {k: v for k, v in state.items() if k not in mine}, mine
+
+
+def load_checkpoint(model: nn.Module, path: Path, skip_prefix: str | None = None) -> None:
+    """Load a checkpoint's timm keys strictly (``skip_prefix.*`` belongs to a learned method)."""
+    state = split_checkpoint(read_state_dict(path), skip_prefix)[0]
+    learned_by: dict[str, list[str]] = {}  # checkpoint prefix -> the learned methods that save their layers there
+    for m in METHODS.values():
+        if m.checkpoint_prefix:
+            learned_by.setdefault(m.checkpoint_prefix, []).append(m.name)
+    found = sorted({p for p in learned_by if any(k.startswith(p + ".") for k in state)})
+    hint = None
+    if found:
+        hint = (
+            f"The checkpoint carries `{found[0]}.*`, the trained layers of a learned reducer "
+            f"({', '.join(learned_by[found[0]])}): set `merge.method` to the one it was fine-tuned with."
+        )
+    load_strict(model, state, path, hint)
+
+
+def load_strict(model: nn.Module, state: dict[str, torch.Tensor], path: Path, hint: str | None = None) -> None:
+    """Load ``state`` into ``model`` strictly, naming any missing/unexpected/mis-shaped parameter."""
     own = model.state_dict()
     mismatched = [(k, tuple(state[k].shape), tuple(v.shape)) for k, v in own.items() if k in state and state[k].shape != v.shape]
     missing = [k for k in own if k not in state]
@@ -106,13 +130,30 @@ def load_checkpoint(model: nn.Module, path: Path) -> None:
     if problems:
         raise DeploytkError(
             f"checkpoint {path} does not match model {type(model).__name__}: " + "; ".join(problems) + ".",
-            hint="Check that `model` names the architecture the checkpoint was trained with (and its img_size).",
+            hint=hint or "Check that `model` names the architecture the checkpoint was trained with (and its img_size).",
         )
     model.load_state_dict(state, strict=True)
 
 
 def build_reference(cfg: DeployConfig, vit: nn.Module | None = None) -> MergedViT:
-    """The merged PyTorch reference for a config (the ground truth for every backend)."""
+    """The merged PyTorch reference for a config (the ground truth for every backend).
+
+    A learned method's layers load from the checkpoint's keys under its ``checkpoint_prefix``
+    (the official model class's layout); without a checkpoint they are seeded random.
+    """
     method = get_method(cfg.merge.method)
     vit = vit if vit is not None else create_vit(cfg)
-    return build_merged(method, vit, cfg.r_spec(), cfg.merge.prop_attn, method.parse_options(cfg.merge.options)).eval()
+    torch.manual_seed(RANDOM_INIT_SEED + 1)  # the learned layers' random init, whatever built the ViT
+    merged = build_merged(method, vit, cfg.r_spec(), cfg.merge.prop_attn, method.parse_options(cfg.merge.options))
+    if method.learned and cfg.checkpoint:
+        path = Path(cfg.checkpoint)
+        learned = split_checkpoint(read_state_dict(path), method.checkpoint_prefix)[1]
+        load_strict(
+            merged.reduction,
+            learned,
+            path,
+            hint=f"Method {method.name} loads its trained layers from the checkpoint keys `{method.checkpoint_prefix}.*`, as the "
+            "official TokenReduction model class saves them, for the configured `layers` and `keep_rate` (their shapes "
+            "follow the token counts). A checkpoint without them was not fine-tuned with this method.",
+        )
+    return merged.eval()

@@ -3,7 +3,9 @@
 One multiply-add = one FLOP for matmul/linear/conv, fvcore's own handlers for the norms,
 softmax/activations/elementwise ignored. fvcore does not know deploytk's custom ops or
 PyTorch's fused attention, so handlers for them count their two matmuls (Q K^T and A V)
-and the merge's matching matmul, exactly as fvcore counts the unfused ops.
+and the merge's matching matmul, exactly as fvcore counts the unfused ops. A learned reducer's
+own layers (DynamicViT's predictor, PatchMerger's queries, ...) are counted by fvcore's rules
+and attributed to the block they reduce before.
 """
 
 from __future__ import annotations
@@ -47,5 +49,7 @@ def count_flops(model: MergedViT, img_size: tuple[int, int]) -> FlopReport:
         total = analysis.total()
         by_module = analysis.by_module()
     blocks = [by_module.get(f"vit.blocks.{i}", 0) / 1e9 for i in range(len(model.vit.blocks))]
+    for name, i in model.reduction.flop_blocks().items():  # a learned reducer's layers count in the block they reduce for
+        blocks[i] += by_module.get(f"reduction.{name}", 0) / 1e9
     total_g = total / 1e9
     return FlopReport(total_g, blocks, total_g - sum(blocks))

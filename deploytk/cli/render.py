@@ -202,9 +202,13 @@ def methods(report: list[dict], json_out: bool, markdown: bool) -> None:
     for m in report:
         opts = "\n".join(f"{o['name']} = {o['default']!r}: {o['description']}" for o in m["options"]) or "-"
         r_note = "" if m["uses_r"] else " Uses keep_rate, not merge.r."
-        learned = " Learned: trained parameters of its own, from the checkpoint." if m["learned"] else ""
-        table.add_row(m["name"], f"{m['summary']} ({m['kind']}).{r_note}{learned}\nops: {', '.join(m['ops'])}", opts)
+        learned = f" Learned: trained layers of its own, from the checkpoint's `{m['checkpoint_prefix']}.*`." if m["learned"] else ""
+        table.add_row(m["name"], f"{m['summary']} ({m['kind']}).{r_note}{learned}\nops: {ops_text(m)}", opts)
     out_console.print(table)
+
+
+def ops_text(method: dict) -> str:
+    return ", ".join(method["ops"]) or "none (standard ONNX ops only)"
 
 
 def methods_markdown(report: list[dict]) -> str:
@@ -216,8 +220,8 @@ def methods_markdown(report: list[dict]) -> str:
     for m in report:
         opts = "<br>".join(f"`{o['name']}` = `{o['default']!r}`: {o['description']}" for o in m["options"]) or "-"
         schedule = "`merge.r`" if m["uses_r"] else "`keep_rate` at `layers`"
-        learned = "yes (from the checkpoint)" if m["learned"] else "no"
-        lines.append(f"| `{m['name']}` | {m['summary']} | {m['kind']} | {learned} | {schedule} | {', '.join(m['ops'])} | {opts} |")
+        learned = f"yes: checkpoint keys `{m['checkpoint_prefix']}.*`" if m["learned"] else "no"
+        lines.append(f"| `{m['name']}` | {m['summary']} | {m['kind']} | {learned} | {schedule} | {ops_text(m)} | {opts} |")
     return "\n".join(lines) + "\n"
 
 

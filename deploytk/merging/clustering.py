@@ -9,6 +9,8 @@ than it gets.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field, StrictFloat, StrictInt
 
 from deploytk.errors import DeploytkError
@@ -18,10 +20,14 @@ from deploytk.merging.schedule import TokenSchedule
 
 class ClusterOptions(MethodOptions):
     layers: list[StrictInt] = Field(
-        [3, 6, 9], description="blocks before which the tokens are clustered (0-based; the study's blocks 4, 7 and 10)"
+        [3, 6, 9], description="blocks before which the patches are reduced (0-based; the study's blocks 4, 7 and 10)"
     )
     keep_rate: StrictFloat | StrictInt = Field(
-        0.7, gt=0, le=1, description="clusters before the s-th of those blocks: int(patches * keep_rate^(s+1)), in (0, 1]"
+        0.7,
+        gt=0,
+        le=1,
+        description="patch tokens left by the s-th of those blocks (clusters, kept or new tokens): "
+        "int(patches * keep_rate^(s+1)), in (0, 1]",
     )
 
 
@@ -35,6 +41,9 @@ class ClusterReduction(Reduction):
 
     uses_r = False
     Options = ClusterOptions
+    #: reduce at every block of ``layers`` even when the count is not below the tokens there
+    #: (learned layers run wherever they were trained, as the study's models do at keep_rate 1)
+    reduces_at_every_layer: ClassVar[bool] = False
 
     def __init__(self, vit, r_per_layer: list[int], options: ClusterOptions):
         super().__init__(vit, r_per_layer, options)
@@ -50,7 +59,7 @@ class ClusterReduction(Reduction):
         tokens, removed, t = [], [], self.num_tokens
         for i in range(self.depth):
             tokens.append(t)
-            active = i in counts and counts[i] < t - self.protected
+            active = i in counts and (counts[i] < t - self.protected or self.reduces_at_every_layer)
             self.clusters.append(counts[i] if active else None)
             removed.append(t - self.protected - counts[i] if active else 0)
             t -= removed[-1]

@@ -44,6 +44,9 @@ class Reduction(nn.Module):
     kind: ClassVar[str] = "none"
     #: the method has trained parameters of its own (loaded with the checkpoint)
     learned: ClassVar[bool] = False
+    #: where a learned method's parameters sit in a checkpoint (the official model class's attribute,
+    #: e.g. ``cluster_layers``): keys under it load into this module, the rest into the timm ViT
+    checkpoint_prefix: ClassVar[str | None] = None
     #: the method leaves tokens of size 0 that only proportional attention ignores (``merge.prop_attn`` must be true)
     needs_prop_attn: ClassVar[bool] = False
 
@@ -68,6 +71,10 @@ class Reduction(nn.Module):
 
     def wants_cls_attention(self, i: int) -> bool:
         return False
+
+    def flop_blocks(self) -> dict[str, int]:
+        """Submodules of this method with FLOPs of their own -> the block they are counted in."""
+        return {}
 
     @classmethod
     def parse_options(cls, options: dict | None, source: str = "merge.options") -> MethodOptions:

@@ -43,6 +43,7 @@ def describe_methods() -> list[dict]:
                 "summary": m.summary,
                 "kind": m.kind,
                 "learned": m.learned,
+                "checkpoint_prefix": m.checkpoint_prefix,
                 "uses_r": m.uses_r,
                 "ops": list(m.ops),
                 "options": opts,

@@ -26,6 +26,8 @@ FAST = {
     "deit_tiny_kmedoids_k50",
     "deit_tiny_dpcknn_k50",
     "deit_tiny_ats_k50",
+    "deit_tiny_dynamicvit_k50",
+    "deit_tiny_sinkhorn_k50",
 }
 runner = CliRunner()
 
