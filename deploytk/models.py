@@ -145,15 +145,18 @@ def build_reference(cfg: DeployConfig, vit: nn.Module | None = None) -> MergedVi
     vit = vit if vit is not None else create_vit(cfg)
     torch.manual_seed(RANDOM_INIT_SEED + 1)  # the learned layers' random init, whatever built the ViT
     merged = build_merged(method, vit, cfg.r_spec(), cfg.merge.prop_attn, method.parse_options(cfg.merge.options))
-    if method.learned and cfg.checkpoint:
+    if cfg.checkpoint and method.checkpoint_prefix:
         path = Path(cfg.checkpoint)
         learned = split_checkpoint(read_state_dict(path), method.checkpoint_prefix)[1]
-        load_strict(
-            merged.reduction,
-            learned,
-            path,
-            hint=f"Method {method.name} loads its trained layers from the checkpoint keys `{method.checkpoint_prefix}.*`, as the "
-            "official TokenReduction model class saves them, for the configured `layers` and `keep_rate` (their shapes "
-            "follow the token counts). A checkpoint without them was not fine-tuned with this method.",
-        )
+        if learned or len(merged.reduction.state_dict()):
+            load_strict(
+                merged.reduction,
+                learned,
+                path,
+                hint=f"Method {method.name} loads its trained layers from the checkpoint keys `{method.checkpoint_prefix}.*`, as "
+                "the official TokenReduction model class saves them, for the configured `merge.options` (`layers` and "
+                "`keep_rate` set their number and shapes"
+                + (f"; they exist only with `{method.learned_when}`" if method.learned_when else "")
+                + "). A checkpoint without them was not fine-tuned with this method.",
+            )
     return merged.eval()

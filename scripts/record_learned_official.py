@@ -1,14 +1,16 @@
-"""Record the official DynamicViT, PatchMerger, SiT and Sinkhorn outputs of "Which Tokens to Use?" for deploytk's tests.
+"""Record the official DynamicViT, PatchMerger, SiT, Sinkhorn and learned-weight DPC-KNN outputs of "Which Tokens to Use?".
 
 Runs the study's own model classes (JoakimHaurum/TokenReduction at commit 88fe07e:
-``models/dyvit.py``, ``patchmerger.py``, ``sit.py``, ``sinkhorn.py``) in eval mode and writes
+``models/dyvit.py``, ``patchmerger.py``, ``sit.py``, ``sinkhorn.py``, and ``dpcknn.py``
+without ``--equal_weight``, i.e. with its learned token score) in eval mode and writes
 ``tests/data/learned_official.npz``:
 
 - ``{method}_{model}_k{keep}_logits``: the official forward on timm weights from
   ``tests/conftest.py::seeded_init(model, seed=1)``, the learned layers from
   ``seeded_learned_state(official_learned_layout(...), seed=3)`` loaded strictly into the
   official modules (so the layout is the official one), inputs ``seeded_images(2, seed=2)``,
-  reducing before blocks 3, 6, 9, at DeiT-S 0.7 and DeiT-T 0.5 (Sinkhorn: eps 1, 3 rounds);
+  reducing before blocks 3, 6, 9, at DeiT-S 0.7 and DeiT-T 0.5 (Sinkhorn: eps 1, 3 rounds;
+  DPC-KNN: 5 neighbours, its 1e-6 density noise set to 0, as in record_study_official.py);
 - ``{method}_{model}_k{keep}_tokens``: the tokens each block's MLP received, at the study's
   keep rates 0.25, 0.5, 0.7, 0.9;
 - ``{method}_{model}_k{keep}_keys``: the official model's full state_dict as "key:shape"
@@ -25,6 +27,7 @@ Usage: python scripts/record_learned_official.py PATH/TO/TokenReduction
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 
@@ -44,6 +47,7 @@ CLASSES = {
     "patchmerger": ("patchmerger", "PatchMergerVisionTransformer"),
     "sit": ("sit", "SelfSlimmedVisionTransformer"),
     "sinkhorn": ("sinkhorn", "SinkhornVisionTransformer"),
+    "dpcknn": ("dpcknn", "DPCKNNVisionTransformer"),
 }
 
 
@@ -78,6 +82,8 @@ def official_model(module, method: str, vit, keep_rate: float):
             layers = [module.PatchMerger(dim, c) for c in counts]
         elif method == "sit":
             layers = [module.TokenSlimmingModule(dim, c) for c in counts]
+        elif method == "dpcknn":
+            layers = [module.CTM(dim, c, 5, equal_weight=False) for c in counts]
         else:
             layers = [module.Sinkhorn(dim, c, 1.0, 3) for c in counts]
         model.cluster_layers = nn.ModuleList(layers)
@@ -86,6 +92,17 @@ def official_model(module, method: str, vit, keep_rate: float):
     learned = seeded_learned_state(official_learned_layout(method, dim, counts), seed=3)
     getattr(model, prefix).load_state_dict({k.removeprefix(prefix + "."): v for k, v in learned.items()}, strict=True)
     return model.eval()
+
+
+@contextmanager
+def no_density_noise(module):
+    """DPC-KNN's density noise (``torch.rand`` * 1e-6) set to 0: deploytk breaks those ties by index."""
+    rand = module.torch.rand
+    module.torch.rand = lambda shape, device=None, dtype=None: torch.zeros(shape, device=device, dtype=dtype)
+    try:
+        yield
+    finally:
+        module.torch.rand = rand
 
 
 def main(repo: Path) -> None:
@@ -98,7 +115,7 @@ def main(repo: Path) -> None:
                 seen = []
                 for blk in model.blocks:
                     blk.mlp.register_forward_pre_hook(lambda _m, args, seen=seen: seen.append(int(args[0].shape[1])))
-                with torch.no_grad():
+                with torch.no_grad(), no_density_noise(module):
                     logits = model(seeded_images(2 if (key, keep) in LOGITS_AT else 1, seed=2))
                 out[f"{method}_{key}_k{keep}_tokens"] = np.array(seen[: len(model.blocks)])
                 out[f"{method}_{key}_k{keep}_keys"] = np.array([f"{k}:{list(v.shape)}" for k, v in model.state_dict().items()])

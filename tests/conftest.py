@@ -25,7 +25,7 @@ def seeded_init(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
 
 def official_learned_layout(method: str, dim: int, counts: list[int]) -> dict[str, tuple[int, ...]]:
     """The learned layers' checkpoint keys and shapes, as "Which Tokens to Use?"'s model classes name them
-    (``models/dyvit.py``, ``patchmerger.py``, ``sit.py``, ``sinkhorn.py``), written out here by hand so that
+    (``models/dyvit.py``, ``patchmerger.py``, ``sit.py``, ``sinkhorn.py``, ``dpcknn.py``), written out here by hand so that
     tests do not take them from deploytk. ``counts``: the tokens out of each reducing layer."""
     layout = {}
     for s, k in enumerate(counts):
@@ -45,6 +45,8 @@ def official_learned_layout(method: str, dim: int, counts: list[int]) -> dict[st
             layout |= {f"{p}.weight.3.weight": (k, dim // 2), f"{p}.weight.3.bias": (k,), f"{p}.scale": (1, 1, 1)}
         elif method == "sinkhorn":
             layout |= {f"cluster_layers.{s}.v": (k, dim)}
+        elif method == "dpcknn":  # without --equal_weight: the CTM module's token score
+            layout |= {f"cluster_layers.{s}.score.weight": (1, dim), f"cluster_layers.{s}.score.bias": (1,)}
         else:
             raise ValueError(method)
     return layout

@@ -58,7 +58,7 @@ def inspect_config(cfg: DeployConfig, progress: Progress = SILENT) -> dict:
     return {
         "model": cfg.model,
         "method": cfg.merge.method,
-        "r": cfg.merge.model_dump(mode="json")["r"],
+        "r": cfg.merge.model_dump(mode="json")["r"] if get_method(cfg.merge.method).uses_r else None,  # keep-rate methods: none
         "prop_attn": cfg.merge.prop_attn,
         "method_options": method_summary(cfg)["options"],
         **schedule_summary(model),

@@ -172,8 +172,8 @@ def profile(result: dict, json_out: bool) -> None:
 def inspect(report: dict, json_out: bool) -> None:
     if json_out:
         return emit_json(report)
-    table = _table(f"{report['model']}  {report['method']}  r={report['r']}", ())
-    for col in ("block", "tokens in", "r", "GFLOPs"):
+    table = _table(f"{report['model']}  {report['method']}  {_settings(report['r'], report['method_options'])}", ())
+    for col in ("block", "tokens in", "r" if report["r"] is not None else "removed", "GFLOPs"):
         table.add_column(col, justify="right")
     for i, (t, rr, g) in enumerate(zip(report["tokens_per_layer"], report["effective_r"], report["gflops_per_layer"], strict=True)):
         table.add_row(str(i), str(t), str(rr), f"{g:.3f}")
@@ -202,9 +202,16 @@ def methods(report: list[dict], json_out: bool, markdown: bool) -> None:
     for m in report:
         opts = "\n".join(f"{o['name']} = {o['default']!r}: {o['description']}" for o in m["options"]) or "-"
         r_note = "" if m["uses_r"] else " Uses keep_rate, not merge.r."
-        learned = f" Learned: trained layers of its own, from the checkpoint's `{m['checkpoint_prefix']}.*`." if m["learned"] else ""
+        learned = f" Learned: {learned_text(m)}." if m["learned"] or m["learned_when"] else ""
         table.add_row(m["name"], f"{m['summary']} ({m['kind']}).{r_note}{learned}\nops: {ops_text(m)}", opts)
     out_console.print(table)
+
+
+def learned_text(method: dict) -> str:
+    keys = f"checkpoint keys `{method['checkpoint_prefix']}.*`"
+    if method["learned"]:
+        return f"yes: {keys}"
+    return f"with `{method['learned_when']}`: {keys}" if method["learned_when"] else "no"
 
 
 def ops_text(method: dict) -> str:
@@ -220,7 +227,7 @@ def methods_markdown(report: list[dict]) -> str:
     for m in report:
         opts = "<br>".join(f"`{o['name']}` = `{o['default']!r}`: {o['description']}" for o in m["options"]) or "-"
         schedule = "`merge.r`" if m["uses_r"] else "`keep_rate` at `layers`"
-        learned = f"yes: checkpoint keys `{m['checkpoint_prefix']}.*`" if m["learned"] else "no"
+        learned = learned_text(m)
         lines.append(f"| `{m['name']}` | {m['summary']} | {m['kind']} | {learned} | {schedule} | {ops_text(m)} | {opts} |")
     return "\n".join(lines) + "\n"
 

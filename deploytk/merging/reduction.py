@@ -47,6 +47,8 @@ class Reduction(nn.Module):
     #: where a learned method's parameters sit in a checkpoint (the official model class's attribute,
     #: e.g. ``cluster_layers``): keys under it load into this module, the rest into the timm ViT
     checkpoint_prefix: ClassVar[str | None] = None
+    #: for a method whose learned layers are optional: the option that turns them on (``learned`` stays False)
+    learned_when: ClassVar[str | None] = None
     #: the method leaves tokens of size 0 that only proportional attention ignores (``merge.prop_attn`` must be true)
     needs_prop_attn: ClassVar[bool] = False
 

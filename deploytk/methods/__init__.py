@@ -44,6 +44,7 @@ def describe_methods() -> list[dict]:
                 "kind": m.kind,
                 "learned": m.learned,
                 "checkpoint_prefix": m.checkpoint_prefix,
+                "learned_when": m.learned_when,
                 "uses_r": m.uses_r,
                 "ops": list(m.ops),
                 "options": opts,

@@ -1,4 +1,4 @@
-"""DynamicViT, PatchMerger, SiT and Sinkhorn against outputs recorded from the study's own code
+"""DynamicViT, PatchMerger, SiT, Sinkhorn and learned-weight DPC-KNN against outputs recorded from the study's own code
 (scripts/record_learned_official.py), loaded from checkpoints in the official key layout.
 
 The acceptance points: DeiT-S at keep rate 0.7 and DeiT-T at 0.5, same seeded weights and
@@ -13,17 +13,19 @@ import onnxruntime as ort
 import pytest
 import timm
 import torch
-from conftest import export_config, official_learned_layout, seeded_images, seeded_init, seeded_learned_state
+from conftest import official_learned_layout, seeded_images, seeded_init, seeded_learned_state
 
 from deploytk.analysis.flops import count_flops
-from deploytk.config import config_from_dict
+from deploytk.config import config_from_dict, config_to_dict
 from deploytk.errors import DeploytkError
+from deploytk.export.pipeline import run_export
 from deploytk.models import build_reference
 
 RECORDED = np.load(Path(__file__).parent.parent / "data" / "learned_official.npz")
 MODELS = {"deit_small": "deit_small_patch16_224", "deit_tiny": "deit_tiny_patch16_224"}
 POINTS = [("deit_small", 0.7), ("deit_tiny", 0.5)]
-METHODS = ["dynamicvit", "patchmerger", "sit", "sinkhorn"]
+LEARNED = ["dynamicvit", "patchmerger", "sit", "sinkhorn"]
+METHODS = [*LEARNED, "dpcknn"]  # dpcknn with equal_weight: false (the study's default, a learned token score)
 
 
 def counts(keep: float) -> list[int]:
@@ -39,7 +41,8 @@ def official_checkpoint(path: Path, method: str, key: str, keep: float) -> Path:
 
 
 def config(method: str, key: str, keep: float, checkpoint=None):
-    merge = {"method": method, "options": {"keep_rate": keep}}
+    options = {"keep_rate": keep} | ({"equal_weight": False} if method == "dpcknn" else {})
+    merge = {"method": method, "prop_attn": False, "options": options}  # the study's models run plain attention
     return config_from_dict({"model": MODELS[key], "checkpoint": str(checkpoint) if checkpoint else None, "merge": merge})
 
 
@@ -68,14 +71,14 @@ def test_reference_from_official_checkpoint_matches_official_logits(method, key,
 @pytest.mark.parametrize("key,keep", POINTS)
 def test_onnx_runtime_matches_official_logits(method, key, keep, tmp_path):
     ckpt = official_checkpoint(tmp_path / "official.pth", method, key, keep)
-    stem = f"{key}_{method}_k{int(keep * 100)}"
-    out = export_config(stem, tmp_path / stem, checkpoint=str(ckpt))
+    out = tmp_path / "export"
+    run_export(config(method, key, keep, ckpt), out)
     session = ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
     (got,) = session.run(None, {session.get_inputs()[0].name: seeded_images(2, seed=2).numpy()})
     assert np.abs(got - RECORDED[f"{method}_{key}_k{keep}_logits"]).max() <= 1e-3
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", LEARNED)
 @pytest.mark.parametrize("key", MODELS)
 @pytest.mark.parametrize("keep", [0.25, 0.5, 0.7, 0.9])
 def test_token_counts_match_official(method, key, keep):
@@ -131,3 +134,24 @@ def test_learned_checkpoint_with_a_training_free_method_is_refused(tmp_path):
         build_reference(config("kmedoids", "deit_tiny", 0.5, ckpt))
     assert "unexpected parameter(s)" in str(err.value) and "cluster_layers.0" in str(err.value)
     assert "patchmerger, sinkhorn, sit" in err.value.hint
+
+
+def test_dpcknn_equal_weight_refuses_a_learned_weight_checkpoint(tmp_path):
+    ckpt = official_checkpoint(tmp_path / "dpcknn.pth", "dpcknn", "deit_tiny", 0.5)
+    cfg = config_to_dict(config("dpcknn", "deit_tiny", 0.5, ckpt))
+    cfg["merge"]["options"]["equal_weight"] = True
+    with pytest.raises(DeploytkError) as err:
+        build_reference(config_from_dict(cfg))
+    assert "unexpected parameter(s)" in str(err.value) and "cluster_layers.0.score" in str(err.value)
+    assert "equal_weight: false" in err.value.hint
+
+
+def test_dpcknn_learned_weights_change_the_merge():
+    # the learned score weights the cluster means: with the same seeded ViT, equal and learned weights differ
+    x = seeded_images(1, seed=0)
+    learned = build_reference(config("dpcknn", "deit_tiny", 0.5))
+    cfg = config_to_dict(config("dpcknn", "deit_tiny", 0.5))
+    cfg["merge"]["options"]["equal_weight"] = True
+    equal = build_reference(config_from_dict(cfg), vit=learned.vit)
+    with torch.no_grad():
+        assert (learned(x) - equal(x)).abs().max() > 1e-3
