@@ -108,39 +108,46 @@ def row_of(path: Path, report: dict, merge: dict) -> dict:
 
 
 def plot(rows: list[dict], path: Path, title: str) -> None:
+    """One marker and colour per method; learned methods (each its own fine-tuned model) hollow;
+    config names only where a method has several points; the legend beside the axes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+    from deploytk.methods import get_method
+
+    fig, ax = plt.subplots(figsize=(9.0, 5.0), dpi=120)
+    colours = plt.get_cmap("tab20").colors
     methods = sorted({r["method"] for r in rows})
     for i, method in enumerate(methods):
         pts = sorted((r for r in rows if r["method"] == method), key=lambda r: r["gflops"])
+        learned = get_method(method).learned
+        colour = colours[(2 * i) % 20 if i < 10 else (2 * i + 1) % 20]
         ax.plot(
             [r["gflops"] for r in pts],
             [100 * r["top1"]["ort"] for r in pts],
             marker=MARKERS[i % len(MARKERS)],
+            markersize=7,
+            color=colour,
+            markerfacecolor="none" if learned else colour,
             linestyle="-",
-            label=f"{method} (ONNX Runtime)",
+            label=f"{method}{' (fine-tuned)' if learned else ''}",
         )
-    # label every point with its config name; points that (nearly) coincide get stacked labels
-    placed: list[tuple[float, float]] = []
-    xs, ys = [r["gflops"] for r in rows], [100 * r["top1"]["ort"] for r in rows]
-    dx, dy = 0.06 * (max(xs) - min(xs) or 1), 0.06 * (max(ys) - min(ys) or 1)
-    for r in sorted(rows, key=lambda r: (r["gflops"], r["label"])):
-        x, y = r["gflops"], 100 * r["top1"]["ort"]
-        stack = sum(1 for px, py in placed if abs(px - x) < dx and abs(py - y) < dy)
-        placed.append((x, y))
-        ax.annotate(r["label"], (x, y), textcoords="offset points", xytext=(6, -11 - 9 * stack), fontsize=7)
-    dense = {(r["dense_gflops"], r["top1"]["dense"]) for r in rows}
+        if len(pts) > 1:  # name the configs; those at the same point (precisions of one schedule) share a label
+            at: dict[tuple[float, float], list[str]] = {}
+            for r in pts:
+                at.setdefault((r["gflops"], 100 * r["top1"]["ort"]), []).append(r["label"])
+            for xy, labels in at.items():
+                ax.annotate(" / ".join(labels), xy, textcoords="offset points", xytext=(5, -10), fontsize=7)
+    dense = {(r["dense_gflops"], r["top1"]["dense"]) for r in rows if not get_method(r["method"]).learned}
     for j, (g, t) in enumerate(sorted(dense)):
         ax.scatter([g], [100 * t], marker="*", s=160, color="black", zorder=3, label="dense (unmerged timm)" if j == 0 else None)
     ax.set_xlabel("GFLOPs per image (fvcore convention)")
-    ax.set_ylabel("val top-1 (%)")
+    ax.set_ylabel("val top-1 (%), ONNX Runtime")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     fig.tight_layout()
     with atomic_file(path) as tmp:
         fig.savefig(tmp)

@@ -38,10 +38,16 @@ class ScorePredictor(nn.Module):
         )
         self.eps = eps
 
-    def forward(self, patches: torch.Tensor) -> torch.Tensor:
+    def forward(self, patches: torch.Tensor, policy: torch.Tensor | None = None) -> torch.Tensor:
+        """``policy`` [B, N, 1]: training's soft keep mask (the global mean over kept patches); at
+        inference the dropped patches are gone, so the mean is over all of them."""
         h = self.in_conv(patches)
         half = h.shape[-1] // 2
-        local, pooled = h[..., :half], h[..., half:].mean(dim=1, keepdim=True) + self.eps  # every patch kept so far counts
+        if policy is None:
+            pooled = h[..., half:].mean(dim=1, keepdim=True)
+        else:
+            pooled = (h[..., half:] * policy).sum(dim=1, keepdim=True) / policy.sum(dim=1, keepdim=True)
+        local, pooled = h[..., :half], pooled + self.eps
         return self.out_conv(torch.cat([local, pooled.expand(-1, h.shape[1], -1)], dim=-1))
 
 

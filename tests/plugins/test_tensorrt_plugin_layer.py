@@ -270,6 +270,7 @@ DIGITS_METHODS = (
     "digits_vit_kmedoids_k70",
     "digits_vit_dpcknn_k70",
     "digits_vit_ats_k70",
+    "digits_vit_dynamicvit_k70",
 )
 
 
