@@ -9,7 +9,15 @@ import torch
 from deploytk_plugins.aot import ARCHES
 
 from deploytk.export.manifest import package_versions
-from deploytk.optional import MIN_TENSORRT, TENSORRT_INSTALL_HINT, tensorrt_version, triton_version, version_tuple
+from deploytk.optional import (
+    MIN_TENSORRT,
+    OPENVINO_INSTALL_HINT,
+    TENSORRT_INSTALL_HINT,
+    openvino_version,
+    tensorrt_version,
+    triton_version,
+    version_tuple,
+)
 
 
 def environment_report() -> dict:
@@ -30,4 +38,16 @@ def environment_report() -> dict:
     if parsed is not None and parsed < MIN_TENSORRT:
         report["tensorrt_hint"] = f"deploytk's plugins need TensorRT >= {'.'.join(map(str, MIN_TENSORRT))} (ahead-of-time plugins)."
     report["triton"] = triton_version()
+    report.update(openvino_report())
     return report
+
+
+def openvino_report() -> dict:
+    """OpenVINO's version and what its CPU plugin can compute in (bf16/fp16 arithmetic decides how low-precision graphs run)."""
+    version = openvino_version()
+    if version is None:
+        return {"openvino": None, "openvino_hint": OPENVINO_INSTALL_HINT, "openvino_cpu_capabilities": None}
+    import openvino  # optional: present, checked above
+
+    capabilities = list(openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+    return {"openvino": version, "openvino_hint": None, "openvino_cpu_capabilities": capabilities}

@@ -1,4 +1,4 @@
-"""Probes for the optional dependencies (TensorRT, Triton), so that callers import them lazily.
+"""Probes for the optional dependencies (TensorRT, Triton, OpenVINO), so that callers import them lazily.
 
 TensorRT cannot be installed where deploytk is built and needs a GPU; Triton ships with
 Linux CUDA builds of torch but not with every torch. Code that needs either asks here first
@@ -52,3 +52,20 @@ def triton_version() -> str | None:
 def require_triton(what: str) -> None:
     if triton_version() is None:
         raise DeploytkError(f"{what} needs Triton (`pip install triton`).")
+
+
+OPENVINO_INSTALL_HINT = "Install it with `pip install 'deploytk[openvino]'` (or `pip install openvino`), then check with `deploytk doctor`."
+
+
+def openvino_version() -> str | None:
+    """OpenVINO's version if its Python package imports, else None."""
+    try:
+        import openvino  # optional: the `openvino` extra
+    except ImportError:
+        return None
+    return openvino.get_version() if hasattr(openvino, "get_version") else getattr(openvino, "__version__", "unknown")
+
+
+def require_openvino(what: str) -> None:
+    if openvino_version() is None:
+        raise DeploytkError(f"{what} needs OpenVINO, which is not installed.", hint=OPENVINO_INSTALL_HINT)

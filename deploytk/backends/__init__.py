@@ -6,12 +6,15 @@ A new runtime is one module with a ``Backend`` subclass and one entry in ``BACKE
 from __future__ import annotations
 
 from deploytk.backends.base import Backend, LoadedModel, ModelRunner
+from deploytk.backends.openvino_backend import OpenVinoBackend
 from deploytk.backends.ort import OrtBackend
 from deploytk.backends.torch_backend import TorchBackend
 from deploytk.backends.trt import TrtBackend
 from deploytk.errors import DeploytkError
 
-BACKENDS: dict[str, Backend] = {b.name: b for b in (OrtBackend("ort"), OrtBackend("ort-cuda"), TorchBackend(), TrtBackend())}
+BACKENDS: dict[str, Backend] = {
+    b.name: b for b in (OrtBackend("ort"), OrtBackend("ort-cuda"), OpenVinoBackend(), TorchBackend(), TrtBackend())
+}
 #: what validate, profile and eval run when not told otherwise
 DEFAULT_BACKEND = "ort"
 

@@ -40,6 +40,10 @@ class LoadedModel(ABC):
     def timer(self, batch_size: int) -> Callable[[], float]:
         """A callable that runs one seeded batch of ``batch_size`` and returns the seconds it took."""
 
+    def settings(self) -> dict:
+        """How the runtime was set up to run it (threads, hints, providers), for the reports."""
+        return {}
+
     def activate(self) -> None:  # noqa: B027 (most runtimes need nothing)
         """Acquire what running needs (a TensorRT context); ``run`` happens between activate and deactivate."""
 

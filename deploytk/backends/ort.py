@@ -67,6 +67,15 @@ class OrtModel(LoadedModel):
     def timer(self, batch_size):
         return host_timer(lambda x: self.session.run(None, {INPUT_NAME: x}), seeded_batch(batch_size, self.img_size))
 
+    def settings(self) -> dict:
+        options = self.session.get_session_options()
+        return {
+            "runtime": f"onnxruntime {ort.__version__}",
+            "providers": self.session.get_providers(),
+            "intra_op_num_threads": options.intra_op_num_threads or "default (one per physical core)",
+            "graph_optimization_level": str(options.graph_optimization_level).rsplit(".", 1)[-1],
+        }
+
 
 class OrtBackend(Backend):
     def __init__(self, name: str):

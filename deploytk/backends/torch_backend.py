@@ -4,6 +4,7 @@ Triton kernels), else on the CPU. For latency only: it computes the reference, s
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from deploytk.backends.base import Backend, LoadedModel, host_timer, seeded_batch
@@ -22,7 +23,9 @@ class TorchModel(LoadedModel):
 
     def run(self, batch):
         with torch.inference_mode():
-            return {"logits": self.module(torch.from_numpy(batch).to(self.device)).float().cpu().numpy()}
+            out = self.module(torch.from_numpy(batch).to(self.device)).float().cpu().numpy()
+        # a head-less model returns a view of its token tensor (the class token's row): Polygraphy needs it contiguous
+        return {"logits": np.ascontiguousarray(out)}
 
     def timer(self, batch_size):
         sync = torch.cuda.synchronize if self.device == "cuda" else (lambda: None)

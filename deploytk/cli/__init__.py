@@ -38,6 +38,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 plugins_app = typer.Typer(no_args_is_help=True, help="TensorRT plugin kernels (AOT Triton).")
 app.add_typer(plugins_app, name="plugins")
 JSON = typer.Option(False, "--json", help="Print the result as one JSON object on stdout.")
+VALIDATING_BACKENDS = " | ".join(n for n, b in BACKENDS.items() if b.validates)
 
 
 def handle_errors(fn):
@@ -63,6 +64,12 @@ def export(
     method: str | None = typer.Option(None, help="Override `merge.method`."),
     r: str | None = typer.Option(None, "--r", help="Override `merge.r`: 16 | 8,8,4 | 16:-1 (r:inflection)."),
     precision: str | None = typer.Option(None, help="Override `export.precision`: fp32 | fp16 | bf16 (precision lives in the graph)."),
+    fmt: str = typer.Option(
+        "onnx",
+        "--format",
+        help="onnx: model.onnx (deploytk ops with function bodies: ONNX Runtime, TensorRT) | onnx-inlined: also "
+        "model.inlined.onnx, standard ops only (OpenVINO and other runtimes without model-local functions).",
+    ),
     json_out: bool = JSON,
 ):
     """Export CONFIG to DIR/model.onnx + DIR/manifest.json (written atomically)."""
@@ -70,7 +77,7 @@ def export(
     cfg = load_config_with_overrides(config, **overrides)
     output = output or Path("artifacts") / config.stem
     with RichProgress() as progress:
-        manifest = run_export(cfg, output, progress)
+        manifest = run_export(cfg, output, progress, fmt)
     render.export(cfg, output, manifest, json_out)
 
 
@@ -78,7 +85,7 @@ def export(
 @handle_errors
 def validate(
     directory: Path = typer.Argument(..., help="Artifact directory written by `deploytk export`."),
-    backend: str = typer.Option(DEFAULT_BACKEND, help=" | ".join(n for n, b in BACKENDS.items() if b.validates)),
+    backend: str = typer.Option(DEFAULT_BACKEND, help=VALIDATING_BACKENDS),
     images: Path | None = typer.Option(None, help="Folder of real images (default: 64 seeded synthetic images)."),
     num_images: int = typer.Option(64, help="Images to compare."),
     batch_size: int = typer.Option(8, help="Batch size of the comparison runs."),
@@ -225,15 +232,18 @@ def eval_accuracy(
     ),
     batch_size: int = typer.Option(64, "--batch-size", help="Images per batch."),
     limit: int | None = typer.Option(None, "--limit", help="Evaluate only N images (class-interleaved, deterministic)."),
+    backend: str = typer.Option(DEFAULT_BACKEND, help="Runtime of the exported model: " + VALIDATING_BACKENDS),
     json_out: bool = JSON,
 ):
-    """Top-1/top-5 on an ImageFolder of the unmerged model, the merged reference and ONNX Runtime, with GFLOPs."""
+    """Top-1/top-5 on an ImageFolder of the unmerged model, the merged reference and the exported model on a runtime, with GFLOPs."""
     if batch_size < 1:
         raise DeploytkError(f"--batch-size {batch_size}: must be an int >= 1.")
     scan_image_folder(data, limit)  # bad --data / --limit fail before the config is read
     cfg = load_config_with_overrides(config)
     with RichProgress() as progress:
-        report = evaluate(cfg, data, artifacts=artifacts, batch_size=batch_size, limit=limit, config_name=str(config), progress=progress)
+        report = evaluate(
+            cfg, data, artifacts=artifacts, batch_size=batch_size, limit=limit, config_name=str(config), backend=backend, progress=progress
+        )
     render.evaluation(config, report, json_out)
 
 

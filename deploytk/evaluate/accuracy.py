@@ -175,7 +175,7 @@ def evaluate(
 
     All input checks (data tree, limit, batch size, artifacts vs config, class count) run
     before anything is exported; a temporary export is removed even on failure. The report
-    keeps the key ``ort`` for the exported model's accuracy (its first backend).
+    calls the exported model's accuracy ``exported`` (``backend`` says what ran it).
     """
     if batch_size < 1:
         raise DeploytkError(f"--batch-size {batch_size}: must be an int >= 1.")
@@ -194,9 +194,9 @@ def evaluate(
     k = min(TOPK, num_classes)
     files = [f for f, _ in folder.samples]
     labels = np.array([c for _, c in folder.samples], dtype=np.int64)
-    correct = {name: [0, 0] for name in ("dense", "reference", "ort")}
-    seconds = {"preprocess": 0.0, "dense": 0.0, "reference": 0.0, "ort": 0.0, "export": 0.0}
-    agree_ort_ref = agree_ref_dense = 0
+    correct = {name: [0, 0] for name in ("dense", "reference", "exported")}
+    seconds = {"preprocess": 0.0, "dense": 0.0, "reference": 0.0, "exported": 0.0, "export": 0.0}
+    agree_exported_ref = agree_ref_dense = 0
 
     temporary = tempfile.TemporaryDirectory(prefix="deploytk-eval-") if manifest is None else contextlib.nullcontext()
     with temporary as tmp:
@@ -223,16 +223,16 @@ def evaluate(
                     t2 = time.perf_counter()
                     logits["reference"] = reference(torch.from_numpy(x)).float().numpy()
                     t3 = time.perf_counter()
-                    logits["ort"] = exported.run(x)[OUTPUT_NAME]
+                    logits["exported"] = exported.run(x)[OUTPUT_NAME]
                     t4 = time.perf_counter()
-                    for name, dt in (("preprocess", t1 - t0), ("dense", t2 - t1), ("reference", t3 - t2), ("ort", t4 - t3)):
+                    for name, dt in (("preprocess", t1 - t0), ("dense", t2 - t1), ("reference", t3 - t2), ("exported", t4 - t3)):
                         seconds[name] += dt
                     preds = {}
                     for name, out_logits in logits.items():
                         c1, ck, preds[name] = _topk_correct(out_logits, y, k)
                         correct[name][0] += c1
                         correct[name][1] += ck
-                    agree_ort_ref += int((preds["ort"] == preds["reference"]).sum())
+                    agree_exported_ref += int((preds["exported"] == preds["reference"]).sum())
                     agree_ref_dense += int((preds["reference"] == preds["dense"]).sum())
                     progress.advance()
         finally:
@@ -250,7 +250,8 @@ def evaluate(
         "merge": cfg.merge.model_dump(mode="json"),
         "precision": cfg.export.precision,
         "backend": backend.name,
-        "ort_emulation": exported.emulation,
+        "emulation": exported.emulation,
+        "runtime_settings": exported.settings(),
         "img_size": list(img),
         "data": str(folder.root),
         "num_images": n,
@@ -265,8 +266,8 @@ def evaluate(
         "tokens_out": manifest["schedule"]["tokens_out"],
         "dense": {"top1": correct["dense"][0] / n, "top5": correct["dense"][1] / n},
         "reference": {"top1": correct["reference"][0] / n, "top5": correct["reference"][1] / n},
-        "ort": {"top1": correct["ort"][0] / n, "top5": correct["ort"][1] / n},
-        "agreement": agree_ort_ref / n,
+        "exported": {"top1": correct["exported"][0] / n, "top5": correct["exported"][1] / n},
+        "agreement": agree_exported_ref / n,
         "reference_vs_dense_agreement": agree_ref_dense / n,
         "artifacts": str(artifacts) if artifacts is not None else None,
         "seconds": {key: round(v, 3) for key, v in seconds.items()} | {"total": round(time.perf_counter() - t_start, 3)},

@@ -13,6 +13,8 @@ from deploytk.errors import DeploytkError
 from deploytk.export.manifest import sha256_file
 
 MODEL_FILE = "model.onnx"
+#: `export --format onnx-inlined`: the same graph with the deploytk functions inlined (standard ops only)
+INLINED_MODEL_FILE = "model.inlined.onnx"
 MANIFEST_FILE = "manifest.json"
 
 
@@ -72,9 +74,28 @@ class Artifact:
     def onnx_path(self) -> Path:
         return self.directory / MODEL_FILE
 
+    @cached_property
+    def inlined_path(self) -> Path | None:
+        """model.inlined.onnx when the export wrote one (``--format onnx-inlined``), checked against its sha256."""
+        record = self.manifest.get("onnx_inlined")
+        if not record:
+            return None
+        path = self.directory / record["file"]
+        if not path.is_file() or sha256_file(path) != record["sha256"]:
+            raise DeploytkError(
+                f"{path} is missing or does not match its manifest: the file was changed after export.",
+                hint="Re-run `deploytk export --format onnx-inlined` to regenerate the artifact.",
+            )
+        return path
+
     @property
     def img_size(self) -> tuple[int, int]:
         return tuple(self.manifest["model"]["img_size"])
+
+    @property
+    def output_kind(self) -> str:
+        """ "logits" for a classifier, "embedding" for a model without a head (num_classes=0: DINOv2, CLIP towers)."""
+        return "embedding" if self.manifest["model"].get("num_classes") == 0 else "logits"
 
     @property
     def precision(self) -> str:

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
-VERSIONED_PACKAGES = ("deploytk", "torch", "timm", "onnx", "onnxscript", "onnxruntime", "polygraphy")
+VERSIONED_PACKAGES = ("deploytk", "torch", "timm", "onnx", "onnxscript", "onnxruntime", "openvino", "polygraphy")
 
 
 def sha256_file(path: Path) -> str:

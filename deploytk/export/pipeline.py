@@ -6,9 +6,13 @@ import json
 import time
 from pathlib import Path
 
+import onnx
+
 from deploytk.analysis.inspect import flops_summary, img_size_of, method_summary, schedule_summary
 from deploytk.config import DeployConfig, config_to_dict
-from deploytk.export.artifacts import MANIFEST_FILE, MODEL_FILE
+from deploytk.errors import DeploytkError
+from deploytk.export.artifacts import INLINED_MODEL_FILE, MANIFEST_FILE, MODEL_FILE
+from deploytk.export.inline import inline_deploytk_functions
 from deploytk.export.manifest import now_utc, package_versions, sha256_file
 from deploytk.export.onnx_export import INPUT_NAME, IR_VERSION, OUTPUT_NAME, custom_op_counts, export_model
 from deploytk.files import atomic_directory
@@ -16,9 +20,18 @@ from deploytk.merging.precision import to_precision
 from deploytk.models import build_reference
 from deploytk.progress import SILENT, Progress
 
+#: --format: the plugin-ready file alone, or with a standard-op copy for runtimes without model-local functions
+FORMATS = ("onnx", "onnx-inlined")
 
-def run_export(cfg: DeployConfig, output: Path, progress: Progress = SILENT) -> dict:
-    """Export and return the manifest; nothing is left at ``output`` if anything fails."""
+
+def run_export(cfg: DeployConfig, output: Path, progress: Progress = SILENT, fmt: str = "onnx") -> dict:
+    """Export and return the manifest; nothing is left at ``output`` if anything fails.
+
+    ``fmt="onnx-inlined"`` also writes ``model.inlined.onnx``: every deploytk node replaced by
+    its function body (OpenVINO's reader takes no custom-domain functions), hashed in the manifest.
+    """
+    if fmt not in FORMATS:
+        raise DeploytkError(f"--format {fmt!r} is not one of {', '.join(FORMATS)}.")
     progress.step("building the PyTorch reference")
     model = build_reference(cfg)
     progress.step("counting FLOPs")
@@ -27,12 +40,20 @@ def run_export(cfg: DeployConfig, output: Path, progress: Progress = SILENT) -> 
         progress.step(f"casting to {cfg.export.precision} (norms, softmax, sizes, matching in fp32)")
         to_precision(model, cfg.export.precision)
     img = img_size_of(model)
+    # a model without a head (num_classes=0: DINOv2, CLIP image towers) outputs its pooled features under the same name
+    output_kind = "logits" if model.vit.num_classes else "embedding"
+    output_width = int(model.vit.num_classes or model.vit.num_features)
     with atomic_directory(output) as tmp:
         progress.step("exporting to ONNX (torch.onnx, dynamo)")
         t0 = time.perf_counter()
         proto = export_model(model, img, cfg.export.batch_size, cfg.export.opset, tmp / MODEL_FILE)
         seconds = time.perf_counter() - t0
         counts = custom_op_counts(proto)
+        inlined = None
+        if fmt == "onnx-inlined":
+            progress.step("writing the inlined copy (standard ONNX ops only)")
+            onnx.save_model(inline_deploytk_functions(proto), str(tmp / INLINED_MODEL_FILE))
+            inlined = {"file": INLINED_MODEL_FILE, "sha256": sha256_file(tmp / INLINED_MODEL_FILE)}
         progress.step("writing manifest")
         manifest = {
             "format": "deploytk-artifact/1",
@@ -50,7 +71,7 @@ def run_export(cfg: DeployConfig, output: Path, progress: Progress = SILENT) -> 
             "method": method_summary(cfg),
             **flops,
             "inputs": [{"name": INPUT_NAME, "dtype": "float32", "shape": ["batch", 3, *img]}],
-            "outputs": [{"name": OUTPUT_NAME, "dtype": "float32", "shape": ["batch", int(model.vit.num_classes)]}],
+            "outputs": [{"name": OUTPUT_NAME, "dtype": "float32", "shape": ["batch", output_width], "kind": output_kind}],
             "custom_ops": counts,
             "onnx": {
                 "file": MODEL_FILE,
@@ -60,6 +81,7 @@ def run_export(cfg: DeployConfig, output: Path, progress: Progress = SILENT) -> 
                 "precision": cfg.export.precision,
                 "export_seconds": round(seconds, 2),
             },
+            "onnx_inlined": inlined,
             "versions": package_versions(),
         }
         (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")

@@ -76,6 +76,7 @@ def profile(
         "dense_gflops": manifest["dense_gflops"],
         "device": backend.describe(),
         "timing": backend.timing,
+        "runtime_settings": merged.settings(),
         "warmup": warmup,
         "iterations": iterations,
         "results": results,

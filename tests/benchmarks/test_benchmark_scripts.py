@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -87,3 +89,16 @@ def test_low_precision_benchmark_variant_uses_fused_attention(monkeypatch):
         reference.fused_low_precision_attention = False
         reference(x)
         assert calls == []
+
+
+def test_cpu_runtimes_smoke(tmp_path):
+    pytest.importorskip("openvino", reason="the openvino extra is not installed")
+    report, stdout = run_script("cpu_runtimes.py", tmp_path / "c.json", interpret=False)
+    assert report["smoke"] and report["environment"]["versions"]["onnxruntime"]
+    assert [(r["runtime"], r["batch"]) for r in report["rows"]] == [("ort", 1), ("openvino", 1)]
+    for row in report["rows"]:
+        assert row["speedup"] == pytest.approx(row["dense_p50_ms"] / row["merged_p50_ms"], rel=1e-2)
+        assert row["efficiency"] == pytest.approx(row["speedup"] / row["flops_ratio"], rel=1e-2)
+        assert row["flops_ratio"] == pytest.approx(row["dense_gflops"] / row["gflops"], rel=1e-2)
+    assert report["runtime_settings"]["openvino"]["INFERENCE_PRECISION_HINT"] == "f32"
+    assert "| speedup/ratio |" in stdout

@@ -63,7 +63,7 @@ def test_harness_matches_direct_forward(digits_tree, digits_cfg, r4_artifacts):
     assert report["reference"]["top1"] == pytest.approx((ref_logits.argmax(-1) == labels).float().mean().item())
     top5 = (ref_logits.topk(5, -1).indices == labels[:, None]).any(-1).float().mean().item()
     assert report["reference"]["top5"] == pytest.approx(top5)
-    assert report["ort"]["top1"] == pytest.approx(float((ort_pred == labels.numpy()).mean()))
+    assert report["exported"]["top1"] == pytest.approx(float((ort_pred == labels.numpy()).mean()))
     assert report["agreement"] == pytest.approx(float((ort_pred == ref_logits.argmax(-1).numpy()).mean()))
     manifest = json.loads((r4_artifacts / "manifest.json").read_text())
     assert report["gflops"] == manifest["gflops"] < report["dense_gflops"] == manifest["dense_gflops"]
@@ -76,7 +76,7 @@ def test_temporary_export_is_removed(digits_tree, digits_cfg, monkeypatch, tmp_p
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     report = evaluate(digits_cfg(TOME_R4), root / "val", batch_size=16, limit=16)
     assert report["artifacts"] is None and report["seconds"]["export"] > 0
-    assert 0 <= report["ort"]["top1"] <= 1 and report["agreement"] >= 0.9
+    assert 0 <= report["exported"]["top1"] <= 1 and report["agreement"] >= 0.9
     assert list(tmp_path.iterdir()) == []
 
 

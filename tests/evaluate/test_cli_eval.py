@@ -42,7 +42,7 @@ def test_json_is_one_object_with_the_keys(digits_tree, monkeypatch):
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["num_images"] == 12 and report["method"] == "tome" and report["r"] == 4
-    for name in ("dense", "reference", "ort"):
+    for name in ("dense", "reference", "exported"):
         assert set(report[name]) == {"top1", "top5"}
     assert 0 < report["gflops"] < report["dense_gflops"]
     assert 0 <= report["agreement"] <= 1

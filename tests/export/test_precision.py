@@ -210,8 +210,8 @@ def test_eval_of_a_bf16_config_runs_ort_emulated_and_says_so(digits_root):
     from deploytk.evaluate.accuracy import evaluate
 
     report = evaluate(digits_config("digits_vit_tome_r4_bf16"), digits_root / "val", batch_size=16, limit=32)
-    assert report["precision"] == "bf16" and "emulated" in report["ort_emulation"]
-    assert report["num_images"] == 32 and report["agreement"] >= 0.95 and report["ort"]["top1"] > 0.8
+    assert report["precision"] == "bf16" and "emulated" in report["emulation"]
+    assert report["num_images"] == 32 and report["agreement"] >= 0.95 and report["exported"]["top1"] > 0.8
 
 
 @pytest.mark.parametrize("precision,r", [("fp16", 4), ("fp16", 16), ("bf16", 4)])

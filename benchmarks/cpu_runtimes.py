@@ -1,0 +1,253 @@
+"""Merged vs dense latency on the CPU runtimes (ONNX Runtime, OpenVINO), against the FLOPs ceiling.
+
+For each model (default DeiT-S and DeiT-B, random weights: latency does not depend on them),
+each method's ready-made config (``export_configs/deit_small_*``; on DeiT-B the same merge
+section with ``model`` overridden, except ToMe, which has its own ``deit_base_tome_r16``), each
+runtime and batch size: ``deploytk profile``'s protocol (merged and dense, same weights and
+precision, exported by deploytk, alternating runs in one process, ``--iterations`` each after
+``--warmup``), and
+
+- ``speedup`` = dense p50 / merged p50 (ratio of medians, measured in the same run);
+- ``flops_ratio`` = dense GFLOPs / merged GFLOPs (fvcore's convention), the ceiling;
+- ``efficiency`` = speedup / flops_ratio, held to the targets (DeiT-S ToMe r=16: >= 0.95 at
+  batch 8 and >= 0.90 at batch 1; every other method >= 0.85 at batch 8).
+
+Writes benchmarks/results/cpu_runtimes_<cpu>.json (device, versions, runtime settings, every
+row) and a PNG of the efficiencies next to it, and prints the README's markdown table.
+
+    python benchmarks/cpu_runtimes.py                          # everything: ~1 h on 2 cores
+    python benchmarks/cpu_runtimes.py --models deit_small_patch16_224 --methods tome,evit
+    python benchmarks/cpu_runtimes.py --markdown results.json  # the table of an earlier run
+    python benchmarks/cpu_runtimes.py --smoke --output /tmp/c.json   # digits ViT, 1 iteration: does it run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from deploytk.config import apply_overrides, load_config  # noqa: E402
+from deploytk.export.pipeline import run_export  # noqa: E402
+from deploytk.files import write_atomically  # noqa: E402
+from deploytk.profile.profiler import profile  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "export_configs"
+#: one ready-made config per method (keep-rate methods at the study's / EViT's 0.7; ATM calibrated: its presets merge
+#: nothing on random weights)
+METHOD_CONFIGS = {
+    "tome": "deit_small_tome_r16",
+    "mctf": "deit_small_mctf_r16",
+    "atm": "deit_small_atm_calibrated",
+    "evit": "deit_small_evit_k70",
+    "topk": "deit_small_topk_k70",
+    "crucial": "deit_small_crucial_k70",
+    "heuristic": "deit_small_heuristic_k70",
+    "kmedoids": "deit_small_kmedoids_k70",
+    "dpcknn": "deit_small_dpcknn_k70",
+    "ats": "deit_small_ats_k70",
+    "dynamicvit": "deit_small_dynamicvit_k70",
+    "patchmerger": "deit_small_patchmerger_k70",
+    "sit": "deit_small_sit_k70",
+    "sinkhorn": "deit_small_sinkhorn_k70",
+}
+#: configs of their own for a model (else the DeiT-S config with `model` overridden)
+OWN_CONFIGS = {("deit_base_patch16_224", "tome"): "deit_base_tome_r16"}
+SMOKE_CONFIG = "digits_vit_tome_r4"
+
+
+def target(model: str, method: str, batch: int) -> float | None:
+    """The issue's efficiency targets: DeiT-S ToMe r=16 at batch 8 and 1, every method at batch 8."""
+    if method == "tome" and model == "deit_small_patch16_224":
+        return {8: 0.95, 1: 0.90}.get(batch)
+    return 0.85 if batch == 8 else None
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default="deit_small_patch16_224,deit_base_patch16_224")
+    p.add_argument("--methods", default=",".join(METHOD_CONFIGS), help="Comma-separated merge.method names.")
+    p.add_argument("--runtimes", default="ort,openvino", help="Comma-separated deploytk backends (CPU ones).")
+    p.add_argument("--batch-sizes", default="1,8")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--iterations", type=int, default=12, help="Alternating runs of merged and dense per batch size (>= 10).")
+    p.add_argument("--smoke", action="store_true", help="The digits ViT, ToMe r=4, batch 1, 1 iteration: measures nothing.")
+    p.add_argument("--output", type=Path, default=None)
+    p.add_argument("--markdown", type=Path, default=None, metavar="JSON", help="Print the table of an earlier run's JSON and exit.")
+    return p.parse_args(argv)
+
+
+def jobs(args) -> list[tuple[str, str, Path]]:
+    """(model, method, config path) to run."""
+    if args.smoke:
+        return [("vit_tiny_patch16_224", "tome", CONFIGS / f"{SMOKE_CONFIG}.yaml")]
+    out = []
+    for model in args.models.split(","):
+        for method in args.methods.split(","):
+            if method not in METHOD_CONFIGS:
+                raise SystemExit(f"unknown method {method!r}; choose from {', '.join(METHOD_CONFIGS)}")
+            out.append((model, method, CONFIGS / f"{OWN_CONFIGS.get((model, method), METHOD_CONFIGS[method])}.yaml"))
+    return out
+
+
+def environment() -> dict:
+    from importlib import metadata
+
+    cpu = platform.processor()
+    try:
+        names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    versions = {}
+    for name in ("torch", "timm", "onnx", "onnxruntime", "openvino"):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return {
+        "cpu": cpu,
+        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "machine": platform.machine(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "versions": versions,
+    }
+
+
+def run(args) -> dict:
+    batch_sizes = [1] if args.smoke else [int(b) for b in args.batch_sizes.split(",")]
+    warmup, iterations = (0, 1) if args.smoke else (args.warmup, args.iterations)
+    rows, settings = [], {}
+    with tempfile.TemporaryDirectory(prefix="deploytk-cpu-bench-") as tmp:
+        for i, (model, method, config) in enumerate(jobs(args)):
+            cfg = load_config(config)
+            if not args.smoke and cfg.model != model:
+                cfg = apply_overrides(cfg, model=model)
+            directory = Path(tmp) / f"{model}_{method}"
+            t0 = time.perf_counter()
+            manifest = run_export(cfg, directory)
+            print(f"[{i + 1}/{len(jobs(args))}] {model} {method}: exported in {time.perf_counter() - t0:.0f} s", flush=True)
+            flops_ratio = manifest["dense_gflops"] / manifest["gflops"]
+            for runtime in args.runtimes.split(","):
+                result = profile(directory, runtime, batch_sizes, warmup, iterations)
+                settings[runtime] = result["runtime_settings"]
+                for r in result["results"]:
+                    speedup = r["dense"]["latency_ms"]["p50"] / r["latency_ms"]["p50"]
+                    goal = target(model, method, r["batch_size"])
+                    row = {
+                        "model": model,
+                        "method": method,
+                        "config": config.name + ("" if cfg.model == load_config(config).model else f" (model: {model})"),
+                        "runtime": runtime,
+                        "batch": r["batch_size"],
+                        "gflops": round(manifest["gflops"], 3),
+                        "dense_gflops": round(manifest["dense_gflops"], 3),
+                        "flops_ratio": round(flops_ratio, 3),
+                        "dense_p50_ms": r["dense"]["latency_ms"]["p50"],
+                        "merged_p50_ms": r["latency_ms"]["p50"],
+                        "speedup": round(speedup, 3),
+                        "efficiency": round(speedup / flops_ratio, 3),
+                        "target": goal,
+                        "meets_target": None if goal is None else bool(speedup / flops_ratio >= goal),
+                    }
+                    rows.append(row)
+                    print(
+                        f"    {runtime:9s} batch {row['batch']}: dense {row['dense_p50_ms']:.1f} ms, merged {row['merged_p50_ms']:.1f} ms, "
+                        f"speedup {row['speedup']:.2f}x of {row['flops_ratio']:.2f}x ({row['efficiency']:.2f})",
+                        flush=True,
+                    )
+    return {
+        "smoke": args.smoke,
+        "environment": environment(),
+        "runtime_settings": settings,
+        "protocol": {"warmup": warmup, "iterations": iterations, "statistic": "p50 of alternating merged/dense runs, one process"},
+        "rows": rows,
+    }
+
+
+def markdown(result: dict) -> str:
+    header = "| model | method | runtime | batch | GFLOPs (dense) | FLOPs ratio | dense p50 ms | merged p50 ms | speedup | speedup/ratio |"
+    lines = [header, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in result["rows"]:
+        mark = "" if r["target"] is None else (" ✓" if r["meets_target"] else f" ✗ (target {r['target']:.2f})")
+        model = r["model"].replace("_patch16_224", "")
+        lines.append(
+            f"| {model} | {r['method']} | {r['runtime']} | {r['batch']} | {r['gflops']:.2f} ({r['dense_gflops']:.2f}) "
+            f"| {r['flops_ratio']:.2f}x | {r['dense_p50_ms']:.1f} | {r['merged_p50_ms']:.1f} | {r['speedup']:.2f}x "
+            f"| {r['efficiency']:.2f}{mark} |"
+        )
+    return "\n".join(lines)
+
+
+def plot(result: dict, path: Path) -> Path | None:
+    """Efficiency (speedup / FLOPs ratio) per method, one bar per runtime and batch, one panel per model."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed (pip install -e '.[bench]'): no plot")
+        return None
+    models = list(dict.fromkeys(r["model"] for r in result["rows"]))
+    series = list(dict.fromkeys((r["runtime"], r["batch"]) for r in result["rows"]))
+    fig, axes = plt.subplots(len(models), 1, figsize=(12, 3.6 * len(models)), squeeze=False)
+    width = 0.8 / max(len(series), 1)
+    for ax, model in zip(axes[:, 0], models, strict=True):
+        methods = list(dict.fromkeys(r["method"] for r in result["rows"] if r["model"] == model))
+        efficiency = {(r["method"], r["runtime"], r["batch"]): r["efficiency"] for r in result["rows"] if r["model"] == model}
+        for k, (runtime, batch) in enumerate(series):
+            values = [efficiency.get((m, runtime, batch), 0) for m in methods]
+            ax.bar([i + k * width for i in range(len(methods))], values, width, label=f"{runtime}, batch {batch}")
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.axhline(0.85, color="grey", linestyle="--", linewidth=0.8, label="target 0.85 (batch 8)")
+        ax.set_xticks([i + width * (len(series) - 1) / 2 for i in range(len(methods))], methods)
+        ax.set_ylabel("speedup / FLOPs ratio")
+        env = result["environment"]
+        ax.set_title(f"{model}: measured speedup over the FLOPs ceiling ({env['cpu']}, {env['cpus_usable']} CPUs)")
+        ax.set_ylim(0, 1.2)
+    axes[0, 0].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    from deploytk.files import atomic_file
+
+    with atomic_file(path) as tmp:
+        fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.markdown:
+        print(markdown(json.loads(args.markdown.read_text())))
+        return 0
+    if not args.smoke and args.iterations < 10:
+        raise SystemExit("--iterations must be >= 10 (medians of fewer alternating runs are too noisy on a shared machine)")
+    t0 = time.perf_counter()
+    result = run(args)
+    result["seconds"] = round(time.perf_counter() - t0, 1)
+    result["command"] = " ".join([Path(sys.executable).name, *sys.argv])
+    where = re.sub(r"[^a-z0-9]+", "_", result["environment"]["cpu"].lower()).strip("_")
+    path = args.output or ROOT / "benchmarks" / "results" / f"cpu_runtimes_{where}.json"
+    write_atomically(path, json.dumps(result, indent=2) + "\n")
+    print(f"wrote {path}")
+    if not args.smoke:
+        picture = plot(result, path.with_suffix(".png"))
+        if picture:
+            print(f"wrote {picture}")
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,158 @@
+"""OpenVINO on the CPU (``openvino``): the deploytk ops run as their inlined function bodies.
+
+Its rules:
+- OpenVINO's ONNX reader does not inline model-local functions of a custom domain, so the graph
+  is inlined in memory (``model.onnx`` is never changed);
+- its CPU plugin computes in bf16 by default on CPUs with bf16 instructions (AVX512-BF16, AMX),
+  which an fp32 graph must not, so the inference precision follows the graph: fp32 -> f32;
+  fp16 -> f16 where the CPU has fp16 arithmetic, else f32 on the graph's fp16 weights (the
+  report says so); bf16 -> refused, because OpenVINO's bf16 precision also lowers the graph's
+  fp32 parts (matching scores, softmax, norms);
+- every compiled model has a static batch (one per batch size): with a dynamic batch the CPU
+  plugin re-infers shapes at every call, which on the merged graphs' many small index ops cost
+  9% of a batch-1 inference (DeiT-S ToMe r=16 on 2 cores: 29.4 ms dynamic, 26.9 ms static). The dense model is
+  compiled the same way, so the speedup compares like with like;
+- the thread count and performance hint are fixed (``LATENCY``, one stream, all CPUs this
+  process may use) and reported.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from deploytk.backends.base import Backend, LoadedModel, host_timer, seeded_batch
+from deploytk.errors import DeploytkError
+from deploytk.export.artifacts import Artifact
+from deploytk.export.baseline import baseline_onnx
+from deploytk.export.inline import inline_deploytk_functions
+from deploytk.optional import openvino_version, require_openvino
+from deploytk.progress import SILENT, Progress
+
+PERFORMANCE_HINT = "LATENCY"
+FP16_IN_FP32_NOTE = (
+    "fp16 graph computed in fp32 by OpenVINO's CPU plugin (this CPU has no fp16 arithmetic): fp16 weights and casts, fp32 arithmetic"
+)
+
+
+def cpu_threads() -> int:
+    """The CPUs this process may run on (a container's or taskset's limit, not the host's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def inference_precision(core, precision: str, what: str) -> tuple[str, str | None]:
+    """(OpenVINO's INFERENCE_PRECISION_HINT for a graph of ``precision``, a note when it does not compute as the graph says)."""
+    if precision == "fp32":
+        return "f32", None
+    if precision == "fp16":
+        return ("f16", None) if "FP16" in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES") else ("f32", FP16_IN_FP32_NOTE)
+    raise DeploytkError(
+        f"{what} is a bf16 graph, which OpenVINO's CPU plugin cannot run as the graph says: its bf16 inference precision "
+        "also turns the parts the graph keeps in fp32 (matching scores, softmax, norms, token sizes) into bf16, so its "
+        "merge choices differ from the graph's (measured on the digits ViT: cosine 0.89 against the fp32 reference).",
+        hint="Validate it with --backend ort (emulated bf16) or run it with --backend trt / ort-cuda on a GPU; "
+        "for OpenVINO export with --precision fp32 or fp16.",
+    )
+
+
+class OpenVinoModel(LoadedModel):
+    """One ov.Model, compiled for one batch size at a time (static shapes).
+
+    Only the latest compiled model is kept: each holds its own CPU threads, and with four alive
+    (merged and dense at batch 1 and 8) batch-1 latency rose by a quarter on the 2-core machine
+    (DeiT-S ToMe r=16: 32.8 ms instead of 26.4 ms merged, 52.7 instead of 45.8 ms dense).
+    """
+
+    def __init__(self, core, model, output_names: list[str], img_size, config: dict, emulation: str | None = None):
+        self.core, self.model, self.config = core, model, config
+        # the ONNX graph's names, in its order (OpenVINO's are a set per tensor, merged where its passes fuse nodes)
+        self.output_names = output_names
+        self.img_size = tuple(img_size)
+        self.emulation = emulation
+        self.batch_size, self.compiled = None, None
+
+    def request(self, batch_size: int):
+        """An infer request of the model compiled for ``batch_size`` (compiled now unless it is the current one)."""
+        if batch_size != self.batch_size:
+            self.compiled = None  # release the other batch size's threads and memory first
+            model = self.model.clone()
+            model.reshape({model.inputs[0].get_any_name(): [batch_size, 3, *self.img_size]})
+            self.compiled = self.core.compile_model(model, "CPU", self.config).create_infer_request()
+            self.batch_size = batch_size
+        return self.compiled
+
+    def run(self, batch):
+        request = self.request(len(batch))
+        request.infer({0: batch})
+        # copies: the request's output tensors are overwritten by its next inference
+        return {name: np.array(request.get_tensor(out).data) for name, out in zip(self.output_names, request.model_outputs, strict=True)}
+
+    def timer(self, batch_size):
+        request = self.request(batch_size)
+        return host_timer(lambda x: request.infer({0: x}), seeded_batch(batch_size, self.img_size))
+
+    def settings(self) -> dict:
+        return {"runtime": f"openvino {openvino_version()}", "device": "CPU", **self.config, "batch": "static, one compiled model per size"}
+
+
+class OpenVinoBackend(Backend):
+    name = "openvino"
+    timing = "host clock around a synchronous infer() of a model compiled for that batch size"
+
+    def device(self) -> str:
+        return "cpu"
+
+    def core(self):
+        require_openvino(f"--backend {self.name}")
+        import openvino  # optional: guarded above
+
+        return openvino.Core()
+
+    def graph(self, artifact: Artifact) -> tuple[onnx.ModelProto, str | None]:
+        # the function-bodied graph (validate adds its probe outputs to the deploytk nodes); load() inlines it
+        self.core()  # a missing OpenVINO is refused before any work
+        return onnx.load(str(artifact.onnx_path)), None
+
+    def settings(self, precision_hint: str) -> dict:
+        return {"PERFORMANCE_HINT": PERFORMANCE_HINT, "INFERENCE_NUM_THREADS": cpu_threads(), "INFERENCE_PRECISION_HINT": precision_hint}
+
+    def compile(self, core, artifact: Artifact, graph: onnx.ModelProto | None = None, path: Path | None = None) -> OpenVinoModel:
+        """``graph`` (inlined here if it has deploytk nodes) or the ONNX file at ``path`` (standard ops only), read by OpenVINO."""
+        hint, note = inference_precision(core, artifact.precision, str(artifact.directory))
+        if graph is not None:
+            if graph.functions or any(n.domain for n in graph.graph.node):
+                graph = inline_deploytk_functions(graph)
+            model, outputs = core.read_model(io.BytesIO(graph.SerializeToString())), [o.name for o in graph.graph.output]
+        else:
+            model, outputs = core.read_model(str(path)), [o["name"] for o in artifact.manifest["outputs"]]
+        return OpenVinoModel(core, model, outputs, artifact.img_size, self.settings(hint), note)
+
+    def load(self, artifact, batch_sizes, graph=None, progress: Progress = SILENT) -> OpenVinoModel:
+        core = self.core()
+        if graph is None and artifact.inlined_path is not None:  # what a user deploys: export --format onnx-inlined
+            progress.step(f"OpenVINO: reading {artifact.inlined_path.name}")
+            loaded = self.compile(core, artifact, path=artifact.inlined_path)
+        else:
+            progress.step("OpenVINO: inlining the deploytk functions and reading the graph")
+            loaded = self.compile(core, artifact, graph if graph is not None else onnx.load(str(artifact.onnx_path)))
+        progress.step(f"OpenVINO: compiling for batch {batch_sizes[0]}")
+        loaded.request(batch_sizes[0])  # a graph OpenVINO cannot compile fails here, before any other work
+        return loaded
+
+    def load_for_timing(self, artifact, batch_sizes, progress: Progress = SILENT) -> tuple[OpenVinoModel, OpenVinoModel]:
+        merged = self.load(artifact, batch_sizes, progress=progress)
+        progress.step("exporting the unmerged baseline (cached after the first run)")
+        dense = self.compile(merged.core, artifact, path=baseline_onnx(artifact))
+        return merged, dense
+
+    def describe(self) -> dict:
+        info = super().describe()
+        info["openvino"] = openvino_version()
+        return info

@@ -1,0 +1,28 @@
+"""The plugin-ready ONNX with every deploytk node replaced by its function body: standard ops only.
+
+For runtimes that do not take model-local functions of a custom domain (OpenVINO's ONNX reader
+stops at ``deploytk.ToMeMatch``); ONNX Runtime runs either file, TensorRT wants the plugin-ready
+one. The bodies are the same standard ops ONNX Runtime inlines itself, so both files compute
+the same numbers.
+"""
+
+from __future__ import annotations
+
+import onnx
+from onnx import inliner
+
+from deploytk.errors import DeploytkError
+from deploytk.export.onnx_export import IR_VERSION
+from deploytk.ops import DOMAIN
+
+
+def inline_deploytk_functions(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``proto`` without deploytk nodes, functions or opset import (the graph's outputs keep their names)."""
+    out = inliner.inline_local_functions(proto, convert_version=False)
+    if any(n.domain == DOMAIN for n in out.graph.node) or out.functions:
+        raise DeploytkError("internal: inlining left deploytk nodes or functions in the graph.")
+    opsets = [o for o in out.opset_import if o.domain != DOMAIN]
+    del out.opset_import[:]
+    out.opset_import.extend(opsets)
+    out.ir_version = IR_VERSION
+    return out

@@ -1,0 +1,145 @@
+"""OpenVINO (``--backend openvino``) and ``export --format onnx-inlined``, on the trained digits ViT.
+
+OpenVINO's ONNX reader takes no model-local functions of a custom domain: the backend inlines
+them in memory, or reads model.inlined.onnx where the export wrote one. Its numbers are held to
+the PyTorch reference (validate) and to ONNX Runtime on the same file.
+"""
+
+import json
+import shutil
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from conftest import digits_config, export_config
+from typer.testing import CliRunner
+
+from deploytk.cli import app
+from deploytk.data import synthetic_batches
+from deploytk.export.pipeline import run_export
+
+pytest.importorskip("openvino", reason="the openvino extra is not installed")
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def digits_tome(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ov") / "digits_tome"
+    run_export(digits_config("digits_vit_tome_r4"), out, fmt="onnx-inlined")
+    return out
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def test_openvino_alone_cannot_read_the_function_bodied_file(digits_tome):
+    # the field fact this backend rests on: if OpenVINO learns to inline custom-domain functions, revisit the backend
+    import openvino
+
+    with pytest.raises(Exception, match="deploytk"):
+        openvino.Core().read_model(str(digits_tome / "model.onnx"))
+
+
+def test_validate_on_openvino_passes_with_its_settings_reported(digits_tome):
+    result = invoke("validate", digits_tome, "--backend", "openvino", "--num-images", "16", "--json")
+    report = json.loads(result.stdout)
+    assert result.exit_code == 0 and report["passed"], result.output
+    assert report["max_abs_diff"] < 1e-4 and report["top1_agreement"] == 1.0
+    settings = report["runtime_settings"]
+    assert settings["INFERENCE_PRECISION_HINT"] == "f32"  # not OpenVINO's bf16 default on bf16-capable CPUs
+    assert settings["PERFORMANCE_HINT"] == "LATENCY" and settings["INFERENCE_NUM_THREADS"] >= 1
+
+
+def test_openvino_equals_onnx_runtime_on_the_same_graph(digits_tome):
+    from deploytk.backends import get_backend
+    from deploytk.export.artifacts import Artifact
+
+    artifact = Artifact.open(digits_tome)
+    x = synthetic_batches(8, 8, (32, 32))[0]
+    ov_out = get_backend("openvino").load(artifact, [8]).run(x)["logits"]
+    session = ort.InferenceSession(str(digits_tome / "model.onnx"), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(ov_out, session.run(None, {"input": x})[0], atol=2e-5, rtol=0)
+
+
+def test_inlined_file_has_standard_ops_only_and_computes_the_same(digits_tome):
+    manifest = json.loads((digits_tome / "manifest.json").read_text())
+    inlined = onnx.load(str(digits_tome / "model.inlined.onnx"))
+    onnx.checker.check_model(inlined, full_check=True)
+    assert manifest["onnx_inlined"]["file"] == "model.inlined.onnx"
+    assert not inlined.functions and {n.domain for n in inlined.graph.node} <= {"", "ai.onnx"}
+    assert all(o.domain != "deploytk" for o in inlined.opset_import)
+    assert [o.name for o in inlined.graph.output] == ["logits"]
+    x = synthetic_batches(8, 8, (32, 32))[0]
+    out = {}
+    for name in ("model.onnx", "model.inlined.onnx"):
+        out[name] = ort.InferenceSession(str(digits_tome / name), providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
+    # the same standard ops ORT inlines itself; its fusions differ a little when it sees them pre-inlined (1.7e-6 here)
+    np.testing.assert_allclose(out["model.onnx"], out["model.inlined.onnx"], atol=1e-5, rtol=0)
+
+
+def test_a_changed_inlined_file_is_refused(digits_tome, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(digits_tome, bad)
+    with open(bad / "model.inlined.onnx", "ab") as f:
+        f.write(b"\0")
+    result = invoke("profile", bad, "--backend", "openvino", "--batch-sizes", "1", "--iterations", "1")
+    assert result.exit_code == 2 and "does not match its manifest" in result.output
+
+
+def test_profile_on_openvino_compares_with_the_dense_model_on_openvino(digits_tome):
+    result = invoke("profile", digits_tome, "--backend", "openvino", "--batch-sizes", "1,2", "--warmup", "1", "--iterations", "2", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["device"]["backend"] == "openvino" and report["device"]["openvino"]
+    assert [r["batch_size"] for r in report["results"]] == [1, 2]
+    assert all(r["latency_ms"]["p50"] > 0 and r["dense"]["latency_ms"]["p50"] > 0 for r in report["results"])
+    assert report["runtime_settings"]["batch"].startswith("static")
+
+
+def test_fp16_graph_runs_and_says_how(tmp_path):
+    out = export_config("digits_vit_tome_r4_fp16", tmp_path / "fp16")
+    result = invoke("validate", out, "--backend", "openvino", "--num-images", "16", "--json")
+    report = json.loads(result.stdout)
+    assert result.exit_code == 0 and report["passed"], result.output
+    assert report["cosine_similarity_min"] > 0.9999
+    import openvino
+
+    if "FP16" not in openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+        assert "computed in fp32" in report["emulation"] and report["runtime_settings"]["INFERENCE_PRECISION_HINT"] == "f32"
+
+
+def test_bf16_graph_is_refused_with_the_reason(tmp_path):
+    out = export_config("digits_vit_tome_r4_bf16", tmp_path / "bf16")
+    result = invoke("validate", out, "--backend", "openvino", "--num-images", "8")
+    assert result.exit_code == 2
+    assert "bf16 graph" in result.output and "--backend ort" in result.output
+
+
+def test_missing_openvino_exits_2_with_the_install_command(digits_tome, monkeypatch):
+    import deploytk.optional
+
+    monkeypatch.setattr(deploytk.optional, "openvino_version", lambda: None)
+    for command in (["validate", digits_tome], ["profile", digits_tome, "--batch-sizes", "1"]):
+        result = invoke(*command, "--backend", "openvino")
+        assert result.exit_code == 2, result.output
+        assert "pip install 'deploytk[openvino]'" in result.output
+
+
+def test_eval_on_openvino(tmp_path):
+    from deploytk.evaluate.digits import write_digits_imagefolder
+
+    root = tmp_path / "digits"
+    write_digits_imagefolder(root, img_size=32)
+    config = digits_config("digits_vit_tome_r4")
+    cfg_path = tmp_path / "tome.yaml"
+    from deploytk.config import config_to_dict
+
+    cfg_path.write_text(json.dumps(config_to_dict(config)))
+    result = invoke("eval", cfg_path, "--data", root / "val", "--limit", "40", "--backend", "openvino", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["backend"] == "openvino" and report["num_images"] == 40
+    assert report["exported"]["top1"] == pytest.approx(report["reference"]["top1"], abs=0.05) and report["agreement"] >= 0.95
