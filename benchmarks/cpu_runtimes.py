@@ -28,6 +28,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -139,7 +140,13 @@ def run(args) -> dict:
             print(f"[{i + 1}/{len(jobs(args))}] {model} {method}: exported in {time.perf_counter() - t0:.0f} s", flush=True)
             flops_ratio = manifest["dense_gflops"] / manifest["gflops"]
             for runtime in args.runtimes.split(","):
-                result = profile(directory, runtime, batch_sizes, warmup, iterations)
+                try:
+                    result = profile(directory, runtime, batch_sizes, warmup, iterations)
+                except Exception as err:  # noqa: BLE001 (one runtime failing on one graph must not lose the other rows)
+                    message = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
+                    rows.append({"model": model, "method": method, "config": config.name, "runtime": runtime, "error": message})
+                    print(f"    {runtime:9s} FAILED: {message}", flush=True)
+                    continue
                 settings[runtime] = result["runtime_settings"]
                 for r in result["results"]:
                     speedup = r["dense"]["latency_ms"]["p50"] / r["latency_ms"]["p50"]
@@ -166,6 +173,7 @@ def run(args) -> dict:
                         f"speedup {row['speedup']:.2f}x of {row['flops_ratio']:.2f}x ({row['efficiency']:.2f})",
                         flush=True,
                     )
+            shutil.rmtree(directory, ignore_errors=True)  # DeiT-B artifacts are 350 MB each
     return {
         "smoke": args.smoke,
         "environment": environment(),
@@ -179,6 +187,11 @@ def markdown(result: dict) -> str:
     header = "| model | method | runtime | batch | GFLOPs (dense) | FLOPs ratio | dense p50 ms | merged p50 ms | speedup | speedup/ratio |"
     lines = [header, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in result["rows"]:
+        if "error" in r:
+            lines.append(
+                f"| {r['model'].replace('_patch16_224', '')} | {r['method']} | {r['runtime']} | | | | | | failed: {r['error'][:80]} | |"
+            )
+            continue
         mark = "" if r["target"] is None else (" ✓" if r["meets_target"] else f" ✗ (target {r['target']:.2f})")
         model = r["model"].replace("_patch16_224", "")
         lines.append(
@@ -199,13 +212,14 @@ def plot(result: dict, path: Path) -> Path | None:
     except ImportError:
         print("matplotlib not installed (pip install -e '.[bench]'): no plot")
         return None
-    models = list(dict.fromkeys(r["model"] for r in result["rows"]))
-    series = list(dict.fromkeys((r["runtime"], r["batch"]) for r in result["rows"]))
+    rows = [r for r in result["rows"] if "error" not in r]
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    series = list(dict.fromkeys((r["runtime"], r["batch"]) for r in rows))
     fig, axes = plt.subplots(len(models), 1, figsize=(12, 3.6 * len(models)), squeeze=False)
     width = 0.8 / max(len(series), 1)
     for ax, model in zip(axes[:, 0], models, strict=True):
-        methods = list(dict.fromkeys(r["method"] for r in result["rows"] if r["model"] == model))
-        efficiency = {(r["method"], r["runtime"], r["batch"]): r["efficiency"] for r in result["rows"] if r["model"] == model}
+        methods = list(dict.fromkeys(r["method"] for r in rows if r["model"] == model))
+        efficiency = {(r["method"], r["runtime"], r["batch"]): r["efficiency"] for r in rows if r["model"] == model}
         for k, (runtime, batch) in enumerate(series):
             values = [efficiency.get((m, runtime, batch), 0) for m in methods]
             ax.bar([i + k * width for i in range(len(methods))], values, width, label=f"{runtime}, batch {batch}")

@@ -25,4 +25,6 @@ def inline_deploytk_functions(proto: onnx.ModelProto) -> onnx.ModelProto:
     del out.opset_import[:]
     out.opset_import.extend(opsets)
     out.ir_version = IR_VERSION
-    return out
+    # the bodies are untyped (functions are generic); a Loop's carried values (KMedoidsSelect's rounds) then have no
+    # type inside the inlined body, and OpenVINO cannot convert the body's ArgMin/GatherElements: infer them
+    return onnx.shape_inference.infer_shapes(out)
