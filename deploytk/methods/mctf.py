@@ -85,21 +85,22 @@ class MCTF(Reduction):
             probs = attention_probs(attn, q, k, keep_size)
             x = x + blk.drop_path1(blk.ls1(attention_output(attn, attend(probs, v), attention_gate(attn, h))))
             x = x + blk.drop_path2(blk.ls2(blk.mlp(blk.norm2(x))))
-            x, size, _ = self._fuse(model, x, size, probs, r, attn_next=False)
+            x, size, _, _ = self._fuse(model, x, size, probs, r)
             return x, size
         q, k = _split_qkv(attn, blk.norm1(x), "qk")
         probs = attention_probs(attn, q, k, keep_size)
-        x, size, probs_next = self._fuse(model, x, size, probs, r, attn_next=mode == "approx")
+        x, size, dest, weight = self._fuse(model, x, size, probs, r)
         h = blk.norm1(x)
         if mode == "approx":  # one-step-ahead: the fused map stands in for the next attention map
             (v,) = _split_qkv(attn, h, "v")
-            out = attention_output(attn, attend(probs_next, v), attention_gate(attn, h))
+            out = attention_output(attn, one_step_ahead(probs, v, dest, weight), attention_gate(attn, h))
         else:
             out = model.attention(attn, h, size)[0]
         x = x + blk.drop_path1(blk.ls1(out))
         return x + blk.drop_path2(blk.ls2(blk.mlp(blk.norm2(x)))), size
 
-    def _fuse(self, model, x, size, probs, r: int, attn_next: bool):
+    def _fuse(self, model, x, size, probs, r: int):
+        """Match and fuse: (x, size, dest, the fusion weights)."""
         o = self.options
         n_out = x.shape[1] - r
         received = probs.mean(dim=(1, 2))  # attention each token receives
@@ -111,18 +112,28 @@ class MCTF(Reduction):
             weight = size
         else:
             weight = torch.ones_like(size)
-        aggregate = torch.ops.deploytk.token_aggregate
-        x_new = aggregate(x, weight, dest, n_out, True)
-        size_new = aggregate_size(size, dest, n_out)
-        probs_next = None
-        if attn_next:
-            b, h, n, _ = probs.shape
-            cols = probs.permute(0, 3, 1, 2).reshape(b, n, h * n)  # key axis first: sum the fused keys
-            cols = aggregate(cols, torch.ones_like(size), dest, n_out, False)
-            rows = cols.reshape(b, n_out, h, n).permute(0, 3, 2, 1).reshape(b, n, h * n_out)  # query axis first
-            rows = aggregate(rows, weight, dest, n_out, True)  # weighted mean of the fused queries
-            probs_next = rows.reshape(b, n_out, h, n_out).permute(0, 2, 1, 3)
-        return x_new, size_new, probs_next
+        return torch.ops.deploytk.token_aggregate(x, weight, dest, n_out, True), aggregate_size(size, dest, n_out), dest, weight
+
+
+def one_step_ahead(probs, v, dest, weight):
+    """MCTF's approximate next attention applied to v: [B, H, T, D] values of the fused tokens.
+
+    The official approximation fuses the unfused map ``probs`` [B, H, N, N]: its key columns
+    summed per output slot (A^T), its query rows averaged with the fusion weights (W), then
+    (W P A^T) v. The same product is computed as W (P (A^T v)): A^T v gives every token its
+    slot's value (a gather), P (A^T v) is a plain attention product at N tokens, and W is one
+    TokenAggregate of it. Exact in real arithmetic; in floats it differs by rounding (1e-6 of the
+    logits), and it needs H*N*D + T*N*C multiply-adds where the map's fusion took T*N*H*(N + T):
+    for DeiT-S at N=197 a third.
+    """
+    b, heads, t, d = v.shape
+    n = dest.shape[1]
+    rows = v.transpose(1, 2).reshape(b * t, heads * d)  # [B*T, C]
+    offsets = torch.arange(b, device=dest.device)[:, None] * t
+    v_tokens = rows.index_select(0, (dest + offsets).reshape(-1)).reshape(b, n, heads, d).transpose(1, 2)  # [B, H, N, D]
+    y = attend(probs, v_tokens).transpose(1, 2).reshape(b, n, heads * d)
+    fused = torch.ops.deploytk.token_aggregate(y, weight, dest, t, True)  # [B, T, C]
+    return fused.reshape(b, t, heads, d).transpose(1, 2)
 
 
 def _split_qkv(attn, h, which: str):
