@@ -17,8 +17,18 @@ from deploytk.ops import DOMAIN
 
 
 def inline_deploytk_functions(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of ``proto`` without deploytk nodes, functions or opset import (the graph's outputs keep their names)."""
-    out = inliner.inline_local_functions(proto, convert_version=False)
+    """A copy of ``proto`` without deploytk nodes, functions or opset import (the graph's outputs keep their names).
+
+    Every inlined node is named ``<Op>/<its name in the body>`` (plus the inliner's call suffix), so
+    a runtime's per-node profile still says which deploytk op a node came from.
+    """
+    named = onnx.ModelProto()
+    named.CopyFrom(proto)
+    for function in named.functions:
+        if function.domain == DOMAIN:
+            for i, node in enumerate(function.node):
+                node.name = f"{function.name}/{node.name or f'{node.op_type}_{i}'}"
+    out = inliner.inline_local_functions(named, convert_version=False)
     if any(n.domain == DOMAIN for n in out.graph.node) or out.functions:
         raise DeploytkError("internal: inlining left deploytk nodes or functions in the graph.")
     opsets = [o for o in out.opset_import if o.domain != DOMAIN]

@@ -102,3 +102,24 @@ def test_cpu_runtimes_smoke(tmp_path):
         assert row["flops_ratio"] == pytest.approx(row["dense_gflops"] / row["gflops"], rel=1e-2)
     assert report["runtime_settings"]["openvino"]["INFERENCE_PRECISION_HINT"] == "f32"
     assert "| speedup/ratio |" in stdout
+
+
+def test_cpu_op_profile_groups_nodes_by_deploytk_op(tmp_path):
+    from conftest import export_config
+
+    art = export_config("digits_vit_tome_r4", tmp_path / "tome")
+    for runtime in ("ort", "openvino"):
+        if runtime == "openvino":
+            pytest.importorskip("openvino", reason="the openvino extra is not installed")
+        result = subprocess.run(
+            [sys.executable, str(ROOT / "benchmarks" / "cpu_op_profile.py"), str(art), "--runtime", runtime, "--iterations", "2", "--json"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        ms = json.loads(result.stdout)["ms"]
+        merged, dense = ms["merged"], ms["dense"]
+        # every deploytk op of the graph shows up as a group of the merged model, none in the dense one
+        assert {"deploytk ToMeMatch", "deploytk TokenAggregate"} <= set(merged) and not any(g.startswith("deploytk") for g in dense)
+        assert merged["linear layers (weights)"] > 0 and dense["linear layers (weights)"] > 0

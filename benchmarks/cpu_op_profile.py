@@ -1,0 +1,148 @@
+"""Where a merged graph spends its time on a CPU runtime, next to the dense model: per-op profile.
+
+ONNX Runtime: its profiler (``SessionOptions.enable_profiling``), kernel time per node. OpenVINO:
+its performance counters (``PERF_COUNT``), real time per executed node of the compiled (static
+batch) model. Nodes are grouped by the deploytk op they were inlined from (ONNX Runtime names
+them ``_inlfunc_<Op>...``, deploytk's inliner ``<Op>/...``), the rest by op type, and the model's
+linear layers (a MatMul/Gemm/FullyConnected with a weight) apart. Times are medians over
+``--iterations`` runs after warm-up; a profiler adds a few microseconds per node, so compare the
+groups of one run, and take end-to-end latencies from ``deploytk profile``.
+
+    python benchmarks/cpu_op_profile.py artifacts/deit_small_tome_r16 --runtime ort --batch 1
+    python benchmarks/cpu_op_profile.py artifacts/deit_small_tome_r16 --runtime openvino --batch 8 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import io
+import json
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from deploytk.backends.base import seeded_batch  # noqa: E402
+from deploytk.export.artifacts import Artifact  # noqa: E402
+from deploytk.export.baseline import baseline_onnx  # noqa: E402
+from deploytk.export.inline import inline_deploytk_functions  # noqa: E402
+
+LINEAR = "linear layers (weights)"
+
+
+def group_of(name: str, op_type: str, linear: set[str]) -> str:
+    found = re.search(r"_inlfunc_([A-Za-z]+)|^([A-Z][A-Za-z]+)/", name)
+    if found:
+        return f"deploytk {found.group(1) or found.group(2)}"
+    return LINEAR if name in linear else op_type
+
+
+def weighted_nodes(proto: onnx.ModelProto) -> set[str]:
+    weights = {i.name for i in proto.graph.initializer}
+    return {n.name for n in proto.graph.node if n.op_type in ("MatMul", "Gemm") and any(i in weights for i in n.input)}
+
+
+def profile_ort(path: Path, batch: int, iterations: int) -> dict[str, float]:
+    import onnxruntime as ort
+
+    proto = onnx.load(str(path))
+    linear = weighted_nodes(proto)
+    with tempfile.TemporaryDirectory() as tmp:
+        options = ort.SessionOptions()
+        options.enable_profiling = True
+        options.profile_file_prefix = str(Path(tmp) / "ort")
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.log_severity_level = 3
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        x = seeded_batch(batch, proto_img_size(proto))
+        for _ in range(3 + iterations):
+            session.run(None, {"input": x})
+        events = json.loads(Path(session.end_profiling()).read_text())
+    runs = [e for e in events if e.get("name") == "model_run"][3:]
+    per_run = [collections.Counter() for _ in runs]
+    for e in events:
+        if e.get("cat") != "Node" or not e["name"].endswith("_kernel_time"):
+            continue
+        node = e["name"][: -len("_kernel_time")]
+        for i, run in enumerate(runs):
+            if run["ts"] <= e["ts"] <= run["ts"] + run["dur"]:
+                per_run[i][group_of(node, e["args"]["op_name"], linear)] += e["dur"] / 1e3
+                break
+    groups = {g for c in per_run for g in c}
+    result = {g: float(np.median([c[g] for c in per_run])) for g in groups}
+    result["(whole run, profiled)"] = float(np.median([r["dur"] / 1e3 for r in runs]))
+    return result
+
+
+def profile_openvino(proto: onnx.ModelProto, batch: int, iterations: int) -> dict[str, float]:
+    import openvino
+
+    from deploytk.backends.openvino_backend import cpu_threads
+
+    if proto.functions:
+        proto = inline_deploytk_functions(proto)
+    core = openvino.Core()
+    model = core.read_model(io.BytesIO(proto.SerializeToString()))
+    img = proto_img_size(proto)
+    model.reshape({model.inputs[0].get_any_name(): [batch, 3, *img]})
+    config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": cpu_threads(), "INFERENCE_PRECISION_HINT": "f32", "PERF_COUNT": True}
+    request = core.compile_model(model, "CPU", config).create_infer_request()
+    x = seeded_batch(batch, img)
+    for _ in range(3):
+        request.infer({0: x})
+    per_run = []
+    for _ in range(iterations):
+        request.infer({0: x})
+        counts = collections.Counter()
+        for info in request.profiling_info:
+            if info.status == info.Status.EXECUTED:
+                linear = info.node_type == "FullyConnected"
+                counts[LINEAR if linear else group_of(info.node_name, info.node_type, set())] += info.real_time.total_seconds() * 1e3
+        per_run.append(counts)
+    groups = {g for c in per_run for g in c}
+    return {g: float(np.median([c[g] for c in per_run])) for g in groups}
+
+
+def proto_img_size(proto: onnx.ModelProto) -> tuple[int, int]:
+    dims = proto.graph.input[0].type.tensor_type.shape.dim
+    return dims[2].dim_value, dims[3].dim_value
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("artifact", type=Path, help="Directory written by `deploytk export` (fp32).")
+    p.add_argument("--runtime", choices=["ort", "openvino"], default="ort")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--iterations", type=int, default=10)
+    p.add_argument("--json", action="store_true", help="Print the groups as JSON.")
+    args = p.parse_args(argv)
+    artifact = Artifact.open(args.artifact)
+    paths = {"merged": artifact.onnx_path, "dense": baseline_onnx(artifact)}
+    table = {}
+    for name, path in paths.items():
+        if args.runtime == "ort":
+            table[name] = profile_ort(path, args.batch, args.iterations)
+        else:
+            table[name] = profile_openvino(onnx.load(str(path)), args.batch, args.iterations)
+    if args.json:
+        print(json.dumps({"artifact": str(args.artifact), "runtime": args.runtime, "batch": args.batch, "ms": table}, indent=2))
+        return 0
+    groups = sorted(set(table["merged"]) | set(table["dense"]), key=lambda g: -max(table["merged"].get(g, 0), table["dense"].get(g, 0)))
+    print(f"{args.artifact} on {args.runtime}, batch {args.batch}: median ms per run ({os.cpu_count()} CPUs)")
+    print(f"{'group':42s} {'merged':>9s} {'dense':>9s}")
+    for g in groups:
+        print(f"{g:42s} {table['merged'].get(g, 0):9.3f} {table['dense'].get(g, 0):9.3f}")
+    total = {k: sum(v for g, v in t.items() if not g.startswith("(")) for k, t in table.items()}
+    print(f"{'sum of nodes':42s} {total['merged']:9.3f} {total['dense']:9.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
