@@ -184,22 +184,34 @@ def run(args) -> dict:
 
 
 def markdown(result: dict) -> str:
-    header = "| model | method | runtime | batch | GFLOPs (dense) | FLOPs ratio | dense p50 ms | merged p50 ms | speedup | speedup/ratio |"
-    lines = [header, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in result["rows"]:
-        if "error" in r:
-            lines.append(
-                f"| {r['model'].replace('_patch16_224', '')} | {r['method']} | {r['runtime']} | | | | | | failed: {r['error'][:80]} | |"
-            )
-            continue
-        mark = "" if r["target"] is None else (" ✓" if r["meets_target"] else f" ✗ (target {r['target']:.2f})")
-        model = r["model"].replace("_patch16_224", "")
-        lines.append(
-            f"| {model} | {r['method']} | {r['runtime']} | {r['batch']} | {r['gflops']:.2f} ({r['dense_gflops']:.2f}) "
-            f"| {r['flops_ratio']:.2f}x | {r['dense_p50_ms']:.1f} | {r['merged_p50_ms']:.1f} | {r['speedup']:.2f}x "
-            f"| {r['efficiency']:.2f}{mark} |"
-        )
-    return "\n".join(lines)
+    """One row per model and method: speedup (speedup / FLOPs ratio) per runtime and batch, targets marked."""
+    rows = [r for r in result["rows"] if "error" not in r]
+    series = list(dict.fromkeys((r["runtime"], r["batch"]) for r in rows))
+    names = {"ort": "ORT", "openvino": "OpenVINO"}
+    header = "| model | method | GFLOPs (dense) | FLOPs ratio | " + " | ".join(f"{names.get(rt, rt)} b{b}" for rt, b in series) + " |"
+    lines = [header, "|---|---|---:|---:|" + "---:|" * len(series)]
+    cells = {(r["model"], r["method"], r["runtime"], r["batch"]): r for r in rows}
+    for model, method in dict.fromkeys((r["model"], r["method"]) for r in result["rows"]):
+        first = next((r for r in rows if (r["model"], r["method"]) == (model, method)), None)
+        out = [model.replace("_patch16_224", ""), method]
+        out += [f"{first['gflops']:.2f} ({first['dense_gflops']:.2f})", f"{first['flops_ratio']:.2f}x"] if first else ["", ""]
+        for runtime, batch in series:
+            r = cells.get((model, method, runtime, batch))
+            if r is None:
+                errors = [x for x in result["rows"] if "error" in x and (x["model"], x["method"], x["runtime"]) == (model, method, runtime)]
+                out.append("failed" if errors else "")
+                continue
+            mark = "" if r["target"] is None else (" ✓" if r["meets_target"] else f" ✗ < {r['target']:.2f}")
+            out.append(f"{r['speedup']:.2f}x ({r['efficiency']:.2f}{mark})")
+        lines.append("| " + " | ".join(out) + " |")
+    dense = []
+    for model in dict.fromkeys(r["model"] for r in rows):
+        for runtime, batch in series:
+            values = sorted(r["dense_p50_ms"] for r in rows if (r["model"], r["runtime"], r["batch"]) == (model, runtime, batch))
+            if values:
+                short = model.replace("_patch16_224", "")
+                dense.append(f"{short} {names.get(runtime, runtime)} b{batch} {values[len(values) // 2]:.0f} ms")
+    return "\n".join(lines) + "\n\nDense p50 (median over the runs): " + "; ".join(dense) + "."
 
 
 def plot(result: dict, path: Path) -> Path | None:
@@ -225,7 +237,7 @@ def plot(result: dict, path: Path) -> Path | None:
             ax.bar([i + k * width for i in range(len(methods))], values, width, label=f"{runtime}, batch {batch}")
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.axhline(0.85, color="grey", linestyle="--", linewidth=0.8, label="target 0.85 (batch 8)")
-        ax.set_xticks([i + width * (len(series) - 1) / 2 for i in range(len(methods))], methods)
+        ax.set_xticks([i + width * (len(series) - 1) / 2 for i in range(len(methods))], methods, rotation=30, ha="right")
         ax.set_ylabel("speedup / FLOPs ratio")
         env = result["environment"]
         ax.set_title(f"{model}: measured speedup over the FLOPs ceiling ({env['cpu']}, {env['cpus_usable']} CPUs)")

@@ -8,6 +8,10 @@ Its rules:
   fp16 -> f16 where the CPU has fp16 arithmetic, else f32 on the graph's fp16 weights (the
   report says so); bf16 -> refused, because OpenVINO's bf16 precision also lowers the graph's
   fp32 parts (matching scores, softmax, norms);
+- its ONNX reader converts TopK (and ArgMax/ArgMin, which become TopK) with ``stable=False``:
+  equal values then come out in any order, where ONNX specifies the lower index first, and the
+  matching ops' tie rules (sizes, which tie all the time in SizeSplitMatch, or equal scores)
+  silently change; every TopK is set stable after reading (``stable_topk``);
 - every compiled model has a static batch (one per batch size): with a dynamic batch the CPU
   plugin re-infers shapes at every call, which on the merged graphs' many small index ops cost
   9% of a batch-1 inference (DeiT-S ToMe r=16 on 2 cores: 29.4 ms dynamic, 26.9 ms static). The dense model is
@@ -60,6 +64,18 @@ def inference_precision(core, precision: str, what: str) -> tuple[str, str | Non
         hint="Validate it with --backend ort (emulated bf16) or run it with --backend trt / ort-cuda on a GPU; "
         "for OpenVINO export with --precision fp32 or fp16.",
     )
+
+
+def stable_topk(model) -> int:
+    """Make every TopK of an ov.Model stable (ONNX's tie rule: the lower index first); returns how many there are."""
+    count = 0
+    for node in model.get_ordered_ops():
+        if node.get_type_name() == "TopK":
+            node.set_attribute("stable", True)
+            count += 1
+    if count:
+        model.validate_nodes_and_infer_types()
+    return count
 
 
 class OpenVinoModel(LoadedModel):
@@ -132,6 +148,7 @@ class OpenVinoBackend(Backend):
             model, outputs = core.read_model(io.BytesIO(graph.SerializeToString())), [o.name for o in graph.graph.output]
         else:
             model, outputs = core.read_model(str(path)), [o["name"] for o in artifact.manifest["outputs"]]
+        stable_topk(model)
         return OpenVinoModel(core, model, outputs, artifact.img_size, self.settings(hint), note)
 
     def load(self, artifact, batch_sizes, graph=None, progress: Progress = SILENT) -> OpenVinoModel:

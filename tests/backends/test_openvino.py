@@ -5,6 +5,7 @@ them in memory, or reads model.inlined.onnx where the export wrote one. Its numb
 the PyTorch reference (validate) and to ONNX Runtime on the same file.
 """
 
+import io
 import json
 import shutil
 
@@ -143,3 +144,53 @@ def test_eval_on_openvino(tmp_path):
     report = json.loads(result.stdout)
     assert report["backend"] == "openvino" and report["num_images"] == 40
     assert report["exported"]["top1"] == pytest.approx(report["reference"]["top1"], abs=0.05) and report["agreement"] >= 0.95
+
+
+def _ov_single_node(op_name: str, inputs: dict, **attrs):
+    """One deploytk node (its function inlined) read, made tie-stable and compiled as the OpenVINO backend does."""
+    import openvino
+    from onnx import TensorProto, helper
+
+    from deploytk.backends.openvino_backend import stable_topk
+    from deploytk.export.inline import inline_deploytk_functions
+    from deploytk.ops import OPS, PLUGIN_ATTRIBUTES
+
+    node = helper.make_node(op_name, list(inputs), ["dest"], domain="deploytk", **attrs, **PLUGIN_ATTRIBUTES)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape)) for k, v in inputs.items()],
+        [helper.make_tensor_value_info("dest", TensorProto.INT64, None)],
+    )
+    opsets = [helper.make_opsetid("", 18), helper.make_opsetid("deploytk", 1)]
+    proto = helper.make_model(graph, functions=[OPS[op_name].onnx_function.to_function_proto()], opset_imports=opsets)
+    proto.ir_version = 10
+    core = openvino.Core()
+    model = core.read_model(io.BytesIO(inline_deploytk_functions(proto).SerializeToString()))
+    assert stable_topk(model) >= 1
+    return core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+
+
+@pytest.mark.parametrize("k", [0, 2])  # even draws: 8 score levels, sizes 1..4: exact ties everywhere
+def test_tie_rules_hold_on_openvino(k):
+    """OpenVINO reads ONNX TopK as unstable (equal values in any order; ONNX says the lower index first):
+    measured on 2026.4, ATM's SizeSplitMatch then chose differently on 6 of 8 DeiT-T images. The backend
+    makes every TopK stable; with that the tie-heavy selection ops equal the reference exactly (without it,
+    both cases here fail)."""
+    import random
+
+    import torch
+
+    from deploytk.ops import OPS
+    from deploytk.ops.selftest import FAMILIES
+
+    draw = FAMILIES["selection"].draw((2, 65, 16, 1), k, random.Random(k), torch.Generator().manual_seed(k))
+    cases = [
+        ("SizeSplitMatch", {"metric": draw["metric"], "size": draw["size"]}, {"r": draw["r"], "protected": 1, "tokens": 65}),
+        ("TopKSelect", {"scores": draw["scores"]}, {"keep": draw["keep"], "protected": 1, "tokens": 65}),
+    ]
+    for op_name, tensors, attrs in cases:
+        compiled = _ov_single_node(op_name, {name: t.numpy() for name, t in tensors.items()}, **attrs)
+        got = compiled([t.numpy() for t in tensors.values()])[0]
+        want = OPS[op_name].reference(*tensors.values(), *[attrs[a] for a in attrs if a != "tokens"])
+        np.testing.assert_array_equal(got, want.numpy(), err_msg=op_name)

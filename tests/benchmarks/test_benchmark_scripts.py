@@ -101,7 +101,7 @@ def test_cpu_runtimes_smoke(tmp_path):
         assert row["efficiency"] == pytest.approx(row["speedup"] / row["flops_ratio"], rel=1e-2)
         assert row["flops_ratio"] == pytest.approx(row["dense_gflops"] / row["gflops"], rel=1e-2)
     assert report["runtime_settings"]["openvino"]["INFERENCE_PRECISION_HINT"] == "f32"
-    assert "| speedup/ratio |" in stdout
+    assert "| ORT b1 | OpenVINO b1 |" in stdout
 
 
 def test_cpu_op_profile_groups_nodes_by_deploytk_op(tmp_path):
