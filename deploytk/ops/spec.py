@@ -95,6 +95,9 @@ class OpSpec:
     selftest: SelftestPlan
     #: a discrete choice (``dest`` [B, N]) that feeds TokenAggregate; the validator diagnoses its near-ties
     matching: bool = False
+    #: an op-specific proof that a different choice is a near-tie, where random input perturbations
+    #: cannot show it: (the op's arguments for one image, the other choice) -> bool (ATS's nearest-CDF picks)
+    near_tie: Callable | None = None
 
     @property
     def torch_name(self) -> str:

@@ -17,10 +17,14 @@ ROUNDING_PERTURBATION = 1e-6
 PERTURBATION_TRIALS = 32
 
 
-def rounding_ties(reference, args: list, got: torch.Tensor, perturb: int | None) -> int | None:
+def rounding_ties(
+    reference, args: list, got: torch.Tensor, perturb: int | None, near_tie=None, unbatched: tuple[int, ...] = ()
+) -> int | None:
     """How many images' ``got`` differ from ``reference(*args)`` but are its choice once input
-    ``perturb`` is perturbed at float32 rounding level; None if an image is not explained that way
+    ``perturb`` is perturbed at float32 rounding level, or that ``near_tie(*args of the image, got)``
+    accepts (an op's own proof, ``OpSpec.near_tie``); None if an image is not explained that way
     (a real error). ``perturb=None``: no arithmetic is involved, so any difference is an error.
+    ``unbatched``: positions of tensor arguments without a batch dimension (ATSSample's steps), passed whole.
     """
     want = reference(*args)
     gen = torch.Generator().manual_seed(0)
@@ -30,7 +34,10 @@ def rounding_ties(reference, args: list, got: torch.Tensor, perturb: int | None)
             continue
         if perturb is None:
             return None
-        rows = [a[i : i + 1] if isinstance(a, torch.Tensor) else a for a in args]
+        rows = [a[i : i + 1] if isinstance(a, torch.Tensor) and k not in unbatched else a for k, a in enumerate(args)]
+        if near_tie is not None and near_tie(*rows, got[i : i + 1]):
+            ties += 1
+            continue
         for _ in range(PERTURBATION_TRIALS):
             x = rows[perturb]
             trial = [*rows[:perturb], x * (1 + ROUNDING_PERTURBATION * torch.randn(x.shape, generator=gen)), *rows[perturb + 1 :]]
@@ -42,10 +49,10 @@ def rounding_ties(reference, args: list, got: torch.Tensor, perturb: int | None)
     return ties
 
 
-def ties_when_perturbed(perturb: int | None):
+def ties_when_perturbed(perturb: int | None, near_tie=None, unbatched: tuple[int, ...] = ()):
     """A ``SelftestPlan.ties`` rule: ``rounding_ties`` on input ``perturb`` (None: the choice must be exact)."""
 
     def rule(reference, args: list, got: torch.Tensor) -> int | None:
-        return rounding_ties(reference, args, got, perturb)
+        return rounding_ties(reference, args, got, perturb, near_tie, unbatched)
 
     return rule

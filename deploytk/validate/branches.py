@@ -11,7 +11,8 @@ of those nodes, and accepts the image as a *branch flip* only if all of these ho
    reference's within the tolerance (so the candidates were tied to rounding);
 2. the PyTorch op makes the backend's choice, either from the backend's own inputs there or from
    the reference's inputs perturbed at float32 rounding level (relative 1e-6, a few seeded
-   trials): the choice is decided by rounding, and the op is implemented the same way;
+   trials), or the op's own near-tie proof accepts it (``OpSpec.near_tie``: ATSSample's picks
+   within a few ulps of the nearest CDF value): the choice is decided by rounding;
 3. the reference, replayed with every choice the backend made, matches the backend's logits
    within the tolerance (so everything else is computed the same way).
 """
@@ -27,7 +28,7 @@ import onnx
 import torch
 
 from deploytk.export.onnx_export import OUTPUT_NAME
-from deploytk.ops import DOMAIN, MATCHING_OPS
+from deploytk.ops import DOMAIN, MATCHING_OPS, OPS
 from deploytk.ops.ties import PERTURBATION_TRIALS, ROUNDING_PERTURBATION
 
 
@@ -144,10 +145,14 @@ def _diagnose(image, j, probes, ref_calls, values, replay_row, atol, rtol) -> Br
         backend_dest = values[probe.dest][j]
         if np.array_equal(backend_dest, ref_dest[j].numpy()):
             continue
+        spec = _spec(op_name)
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        backend_inputs = [values[n][j : j + 1] for n in probe.inputs]
-        input_rel = max(_rel_diff(t[j : j + 1].numpy().astype(np.float64), x) for t, x in zip(tensors, backend_inputs, strict=True))
-        reproduces = _reproduces(op_name, args, j, backend_inputs, backend_dest)
+        # one image of each batched input; an input without a batch dimension (ATSSample's steps) whole
+        batched = [layout.batched for layout in spec.inputs]
+        rows = [t[j : j + 1] if b else t for t, b in zip(tensors, batched, strict=True)]
+        backend_inputs = [values[n][j : j + 1] if b else values[n] for n, b in zip(probe.inputs, batched, strict=True)]
+        input_rel = max(_rel_diff(t.numpy().astype(np.float64), x) for t, x in zip(rows, backend_inputs, strict=True))
+        reproduces = _reproduces(spec, args, rows, backend_inputs, backend_dest)
         within = replay_diff <= atol or replay_diff <= rtol * float(np.abs(replay_row).max())
         return BranchFlip(
             image,
@@ -163,22 +168,28 @@ def _diagnose(image, j, probes, ref_calls, values, replay_row, atol, rtol) -> Br
     return BranchFlip(image, "", -1, 0, 0.0, True, replay_diff, explained=False)
 
 
-def _reproduces(op_name, args, j, backend_inputs, backend_dest) -> bool:
-    """Does the torch op make the backend's choice from its inputs or from rounding-perturbed reference inputs?"""
-    op = getattr(torch.ops.deploytk, op_name)
+def _spec(op_name: str):
+    return next(spec for spec in OPS.values() if spec.torch_name == op_name)
+
+
+def _reproduces(spec, args, rows, backend_inputs, backend_dest) -> bool:
+    """Does the torch op make the backend's choice from its inputs, from rounding-perturbed reference inputs
+    (``rows``: the reference's inputs for this image), or by the op's own near-tie proof?"""
+    op = spec.torch_op
+
+    def call(tensors):
+        it = iter(tensors)
+        return [next(it) if isinstance(a, torch.Tensor) else a for a in args]
 
     def choose(tensors) -> bool:
-        it = iter(tensors)
-        return bool(np.array_equal(op(*[next(it) if isinstance(a, torch.Tensor) else a for a in args])[0].numpy(), backend_dest))
+        return bool(np.array_equal(op(*call(tensors))[0].numpy(), backend_dest))
 
     if choose(torch.from_numpy(np.ascontiguousarray(x)) for x in backend_inputs):
         return True
-    rows = [a[j : j + 1] for a in args if isinstance(a, torch.Tensor)]
+    if spec.near_tie is not None and spec.near_tie(*call(rows), torch.from_numpy(backend_dest[None])):
+        return True
     gen = torch.Generator().manual_seed(0)
     for _ in range(PERTURBATION_TRIALS):
         if choose(t * (1 + ROUNDING_PERTURBATION * torch.randn(t.shape, generator=gen)) if t.is_floating_point() else t for t in rows):
             return True
     return False
-
-
-__all__ = ["BranchFlip", "explain_flips", "probed_model"]

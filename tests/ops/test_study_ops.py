@@ -94,3 +94,22 @@ def test_ats_hand_case_duplicates_leave_an_empty_slot():
 def test_clustering_ops_reject_bad_input_before_compute(call, message):
     with pytest.raises(DeploytkError, match=message):
         call()
+
+
+def test_ats_near_tie_accepts_the_other_nearest_cdf_token_only():
+    from deploytk.ops.ats_sample.reference import ats_near_tie, ats_sample
+
+    # 4 tokens, CDF 0.25 / 0.5 / 0.75 / 1.0 (less 1e-6 of the normaliser); steps 0.375 and 0.875 lie
+    # midway between two CDF values, so either neighbour is the nearest to rounding
+    scores, size = torch.tensor([[1.0, 1.0, 1.0, 1.0]]), torch.ones(1, 4, 1)
+    steps = torch.tensor([0.375, 0.875])
+    want = ats_sample(scores, size, steps)
+    assert want.tolist() == [[2, 0, 2, 1]]  # tokens 1 and 3 picked, 0 and 2 dropped (slot 2)
+    for other in ([[0, 2, 2, 1]], [[2, 0, 1, 2]], [[0, 2, 1, 2]]):  # token 0 for token 1, 2 for 3, or both
+        assert ats_near_tie(scores, size, steps, torch.tensor(other)), other
+    assert not ats_near_tie(scores, size, steps, torch.tensor([[0, 1, 2, 2]]))  # token 1 for step 0.875: 0.375 away
+    assert not ats_near_tie(scores, size, steps, torch.tensor([[2, 1, 2, 0]]))  # the right tokens, slots out of order
+    # 0.4% more score on token 1: token 0 is nearer to step 0.375 by 2.5e-4, far above rounding
+    skewed = torch.tensor([[1.0, 1.004, 1.0, 1.0]])
+    assert ats_sample(skewed, size, steps).tolist() == [[0, 2, 1, 2]]
+    assert not ats_near_tie(skewed, size, steps, torch.tensor([[2, 0, 1, 2]]))

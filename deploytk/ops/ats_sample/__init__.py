@@ -13,8 +13,8 @@ import torch
 
 from deploytk.errors import DeploytkError
 from deploytk.ops.ats_sample.onnx_function import ATSSample
+from deploytk.ops.ats_sample.reference import ats_near_tie, ats_steps
 from deploytk.ops.ats_sample.reference import ats_sample as reference
-from deploytk.ops.ats_sample.reference import ats_steps
 from deploytk.ops.flop_rules import no_flops
 from deploytk.ops.spec import INT64, OpSpec, SelftestPlan, floats, fp32
 from deploytk.ops.ties import ties_when_perturbed
@@ -65,6 +65,7 @@ SPEC = OpSpec(
     output_shape=lambda shapes, attrs: list(shapes[0][:2]),
     flops=no_flops,
     kernel="deploytk.ops.ats_sample.kernel",
-    selftest=SelftestPlan("sampling", _selftest_calls, ties_when_perturbed(0)),
+    selftest=SelftestPlan("sampling", _selftest_calls, ties_when_perturbed(0, ats_near_tie, unbatched=(2,))),
     matching=True,
+    near_tie=ats_near_tie,
 )
