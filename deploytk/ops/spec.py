@@ -31,6 +31,10 @@ class Tensor:
 
     kind: str
     layout: str
+    #: a Euclidean distance, the square root of a matrix product (``merging.distances``): runtimes agree on its
+    #: square to rounding, but sqrt magnifies that rounding near 0 (a self-distance is sqrt(rounding), up to 5e-3)
+    #: by orders of magnitude, so near-tie proofs compare it squared
+    distance: bool = False
 
     @property
     def rank(self) -> int:
@@ -44,6 +48,11 @@ class Tensor:
 
 def floats(layout: str) -> Tensor:
     return Tensor(FLOAT, layout)
+
+
+def distances(layout: str) -> Tensor:
+    """Pairwise distances (``Tensor.distance``)."""
+    return Tensor(FLOAT, layout, distance=True)
 
 
 def fp32(layout: str) -> Tensor:

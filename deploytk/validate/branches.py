@@ -151,7 +151,7 @@ def _diagnose(image, j, probes, ref_calls, values, replay_row, atol, rtol) -> Br
         batched = [layout.batched for layout in spec.inputs]
         rows = [t[j : j + 1] if b else t for t, b in zip(tensors, batched, strict=True)]
         backend_inputs = [values[n][j : j + 1] if b else values[n] for n, b in zip(probe.inputs, batched, strict=True)]
-        input_rel = max(_rel_diff(t.numpy().astype(np.float64), x) for t, x in zip(rows, backend_inputs, strict=True))
+        input_rel = max(_input_rel_diff(t.numpy(), x, layout) for t, x, layout in zip(rows, backend_inputs, spec.inputs, strict=True))
         reproduces = _reproduces(spec, args, rows, backend_inputs, backend_dest)
         within = replay_diff <= atol or replay_diff <= rtol * float(np.abs(replay_row).max())
         return BranchFlip(
@@ -166,6 +166,12 @@ def _diagnose(image, j, probes, ref_calls, values, replay_row, atol, rtol) -> Br
         )
     # same choices everywhere: the difference is not a branch flip
     return BranchFlip(image, "", -1, 0, 0.0, True, replay_diff, explained=False)
+
+
+def _input_rel_diff(ref: np.ndarray, out: np.ndarray, layout) -> float:
+    """How far the backend's op input is from the reference's; a distance is compared squared (``Tensor.distance``)."""
+    ref, out = ref.astype(np.float64), out.astype(np.float64)
+    return _rel_diff(ref**2, out**2) if layout.distance else _rel_diff(ref, out)
 
 
 def _spec(op_name: str):

@@ -81,3 +81,16 @@ def test_failing_images_uses_polygraphys_rule():
     ref = [np.array([[1.0, 2.0], [10.0, 0.0]], np.float32)]
     out = [np.array([[1.0, 2.0005], [10.0005, 0.0]], np.float32)]  # row 1: abs 5e-4 but rel 5e-5
     assert failing_images(ref, out, Tolerances(atol=1e-4, rtol=1e-4)) == [0]
+
+
+def test_distance_inputs_are_compared_squared():
+    """A self-distance is sqrt(rounding) in torch.cdist's arithmetic: 1e-6 of rounding in the squares is a
+    3e-3 difference after the sqrt, which must not count as a different input; a real change still does."""
+    from deploytk.ops.spec import distances, floats
+    from deploytk.validate.branches import _input_rel_diff
+
+    sq = np.array([[1e-6, 4.0], [4.0, 2e-6]])  # the squares two runtimes computed, equal to rounding
+    ref, out = np.sqrt(sq), np.sqrt(sq + np.array([[1e-6, 0.0], [0.0, -1e-6]]))
+    assert _input_rel_diff(ref, out, floats("B M M")) > 1e-4  # as plain values: 2.9e-4 of the max
+    assert _input_rel_diff(ref, out, distances("B M M")) <= 1e-6  # as squares: rounding
+    assert _input_rel_diff(ref, ref * 1.01, distances("B M M")) > 1e-2  # a real change is still one

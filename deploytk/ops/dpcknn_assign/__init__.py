@@ -14,7 +14,7 @@ from deploytk.ops.checks import check_cluster_args
 from deploytk.ops.dpcknn_assign.onnx_function import DPCKNNAssign
 from deploytk.ops.dpcknn_assign.reference import dpcknn_assign as reference
 from deploytk.ops.flop_rules import no_flops
-from deploytk.ops.spec import INT64, OpSpec, SelftestPlan, floats
+from deploytk.ops.spec import INT64, OpSpec, SelftestPlan, distances
 from deploytk.ops.ties import ties_when_perturbed
 
 #: the kernel keeps each token's nearest distances in registers
@@ -53,7 +53,7 @@ SPEC = OpSpec(
     onnx_function=DPCKNNAssign,
     translation=translate,
     reference=reference,
-    inputs=(floats("B M M"),),
+    inputs=(distances("B M M"),),
     output=INT64,
     output_shape=lambda shapes, attrs: list(shapes[0][:2]),
     flops=no_flops,  # comparisons; the distances are matmuls fvcore counts before the node

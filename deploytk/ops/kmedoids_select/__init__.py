@@ -15,7 +15,7 @@ from deploytk.ops.checks import check_cluster_args
 from deploytk.ops.flop_rules import no_flops
 from deploytk.ops.kmedoids_select.onnx_function import KMedoidsSelect
 from deploytk.ops.kmedoids_select.reference import kmedoids_select as reference
-from deploytk.ops.spec import INT64, OpSpec, SelftestPlan, floats
+from deploytk.ops.spec import INT64, OpSpec, SelftestPlan, distances, floats
 from deploytk.ops.ties import ties_when_perturbed
 
 
@@ -56,7 +56,7 @@ SPEC = OpSpec(
     onnx_function=KMedoidsSelect,
     translation=translate,
     reference=reference,
-    inputs=(floats("B M M"), floats("B M")),
+    inputs=(distances("B M M"), floats("B M")),
     output=INT64,
     output_shape=lambda shapes, attrs: list(shapes[1][:2]),
     flops=no_flops,  # comparisons and sums; the distances are matmuls fvcore counts before the node
