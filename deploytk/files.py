@@ -15,12 +15,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 
+def _default_mode(path: Path, mode: int) -> None:
+    """mkstemp/mkdtemp create owner-only (0600/0700) entries; a user's outputs get the modes open() and mkdir() would give."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, mode & ~umask)
+
+
 @contextlib.contextmanager
 def atomic_directory(target: Path) -> Iterator[Path]:
     """Yield a temp dir next to ``target``; on success it replaces ``target``, on failure it is removed."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    _default_mode(tmp, 0o777)
     try:
         yield tmp
     except BaseException:
@@ -46,6 +54,7 @@ def atomic_file(target: Path) -> Iterator[Path]:
     fd, name = tempfile.mkstemp(prefix=f".{target.stem}.tmp-", suffix=target.suffix, dir=target.parent)
     os.close(fd)
     tmp = Path(name)
+    _default_mode(tmp, 0o666)
     try:
         yield tmp
         os.replace(tmp, target)

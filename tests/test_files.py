@@ -35,3 +35,20 @@ def test_the_plugins_folder_installs_as_deploytk_plugins_not_as_a_generic_plugin
     code = "import importlib.util as u, deploytk_plugins; print(u.find_spec('plugins') is None, deploytk_plugins.__name__)"
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True).stdout.split()
     assert out == ["True", "deploytk_plugins"]
+
+
+def test_written_files_and_directories_get_the_umask_modes_not_owner_only(tmp_path):
+    import os
+    import stat
+
+    from deploytk.files import atomic_directory, write_atomically
+
+    umask = os.umask(0o022)
+    try:
+        write_atomically(tmp_path / "a.json", "{}")
+        with atomic_directory(tmp_path / "d") as d:
+            (d / "x").write_text("x")
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE((tmp_path / "a.json").stat().st_mode) == 0o644
+    assert stat.S_IMODE((tmp_path / "d").stat().st_mode) == 0o755
