@@ -36,22 +36,33 @@ def require_atm(cfg: DeployConfig) -> None:
         raise DeploytkError(f"calibration is for method atm; this config uses {cfg.merge.method!r}.", hint="Set `merge.method: atm`.")
 
 
+def atm_r_samples(model, batches: list[np.ndarray], progress: Progress = SILENT) -> np.ndarray:
+    """ATM's batch-adaptive r of every layer on every batch: [depth, batches] (``tune`` takes many quantiles of one run)."""
+    per_batch = []
+    progress.start(len(batches), f"running ATM on {len(batches)} calibration batches")
+    for b in batches:
+        per_batch.append(model.reduction.calibration_pass(model, torch.from_numpy(b)))
+        progress.advance()
+    return np.array(per_batch).T
+
+
 def calibrate(
-    cfg: DeployConfig, batches: list[np.ndarray], quantile: float, source: str, progress: Progress = SILENT, model=None
+    cfg: DeployConfig,
+    batches: list[np.ndarray],
+    quantile: float,
+    source: str,
+    progress: Progress = SILENT,
+    model=None,
+    samples: np.ndarray | None = None,
 ) -> tuple[dict, dict]:
-    """Return (the calibrated config as a dict, a report)."""
+    """Return (the calibrated config as a dict, a report); ``samples``: ``atm_r_samples`` of these batches, if already run."""
     require_atm(cfg)
     if not batches:
         raise DeploytkError("calibration needs images: pass --images DIR or --synthetic N (N >= 1).")
     if not 0.0 <= quantile <= 1.0:
         raise DeploytkError(f"--quantile {quantile} must be in [0, 1].")
     model = model if model is not None else build_reference(cfg)
-    per_batch = []
-    progress.start(len(batches), f"running ATM on {len(batches)} calibration batches")
-    for b in batches:
-        per_batch.append(model.reduction.calibration_pass(model, torch.from_numpy(b)))
-        progress.advance()
-    per_layer = np.array(per_batch).T  # [depth, batches]
+    per_layer = atm_r_samples(model, batches, progress) if samples is None else samples
     r = [int(math.floor(np.quantile(vals, quantile))) for vals in per_layer]
     calibration = {
         "statistic": STATISTIC.format(q=quantile),

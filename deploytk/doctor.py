@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+from importlib import metadata
 
 import onnxruntime as ort
 import torch
@@ -39,6 +40,7 @@ def environment_report() -> dict:
         report["tensorrt_hint"] = f"deploytk's plugins need TensorRT >= {'.'.join(map(str, MIN_TENSORRT))} (ahead-of-time plugins)."
     report["triton"] = triton_version()
     report.update(openvino_report())
+    report.update(extras_report())
     return report
 
 
@@ -51,3 +53,46 @@ def openvino_report() -> dict:
 
     capabilities = list(openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
     return {"openvino": version, "openvino_hint": None, "openvino_cpu_capabilities": capabilities}
+
+
+#: pyproject.toml's [project.optional-dependencies], by distribution name (a test holds the two equal), and what each enables
+EXTRAS = {
+    "openvino": (("openvino",), "--backend openvino (CPU)"),
+    "gpu": (("onnxruntime-gpu", "triton"), "--backend ort-cuda, the Triton kernels (--backend torch on a GPU, selftest, plugins compile)"),
+    "tensorrt": (("tensorrt", "polygraphy"), "deploytk build, --backend trt"),
+    "serve": (("tritonclient",), "a client for the Triton server repositories `deploytk package --triton` writes"),
+    "test": (("pytest", "ruff", "import-linter", "openvino", "tritonclient"), "make test"),
+    "bench": (("matplotlib",), "the plots of benchmarks/"),
+}
+#: distributions that stand in for a requirement: TensorRT's wheels are also installed per CUDA version without the metapackage
+_ALSO_SATISFIED_BY = {"tensorrt": ("tensorrt-cu13", "tensorrt-cu12", "tensorrt-cu11")}
+ORT_BOTH_HINT = (
+    "onnxruntime and onnxruntime-gpu are both installed and write the same `onnxruntime` module, so whichever was installed last "
+    "is the one that runs (see the providers above); for --backend ort-cuda: `pip uninstall -y onnxruntime onnxruntime-gpu && "
+    "pip install onnxruntime-gpu`."
+)
+
+
+def distribution_version(name: str) -> str | None:
+    for candidate in (name, *_ALSO_SATISFIED_BY.get(name, ())):
+        try:
+            version = metadata.version(candidate)
+        except metadata.PackageNotFoundError:
+            continue
+        return version if candidate == name else f"{version} ({candidate})"
+    return None
+
+
+def extras_report() -> dict:
+    """Per extra of `pip install 'deploytk[EXTRA]'`: installed (every package present) or not, with each package's version."""
+    extras = {}
+    for extra, (packages, purpose) in EXTRAS.items():
+        versions = {name: distribution_version(name) for name in packages}
+        extras[extra] = {
+            "installed": all(versions.values()),
+            "packages": versions,
+            "for": purpose,
+            "install": f"pip install 'deploytk[{extra}]'",
+        }
+    both = distribution_version("onnxruntime") and distribution_version("onnxruntime-gpu")
+    return {"extras": extras, "extras_hint": ORT_BOTH_HINT if both else None}

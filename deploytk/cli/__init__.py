@@ -1,6 +1,6 @@
 """deploytk: deploy token-reducing Vision Transformers to ONNX Runtime and TensorRT.
 
-Commands: export | validate | profile | inspect | methods | calibrate | eval | build | selftest
+Commands: export | validate | profile | tune | inspect | visualize | methods | calibrate | eval | build | package | selftest
 | plugins compile | doctor. Each parses its options, calls one library function and prints the
 result (``render``). Every command exits 0 on success; a DeploytkError prints one paragraph to stderr and exits
 2 (validate and selftest exit 1 when their check fails). ``--json`` prints exactly one JSON
@@ -30,9 +30,14 @@ from deploytk.evaluate.accuracy import evaluate, scan_image_folder
 from deploytk.export.pipeline import run_export
 from deploytk.methods import describe_methods
 from deploytk.ops.selftest import run_selftest
+from deploytk.package import package_triton
 from deploytk.profile.profiler import parse_batch_sizes
 from deploytk.profile.profiler import profile as run_profile
+from deploytk.tune import PERCENTILES
+from deploytk.tune import tune as run_tune
 from deploytk.validate.validator import run_validation
+from deploytk.visualize import backend_names as visualize_backends
+from deploytk.visualize import visualize as run_visualize
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, help=__doc__.splitlines()[0])
 plugins_app = typer.Typer(no_args_is_help=True, help="TensorRT plugin kernels (AOT Triton).")
@@ -159,6 +164,43 @@ def inspect(
 
 @app.command()
 @handle_errors
+def visualize(
+    config: Path = typer.Argument(..., help="Export config YAML."),
+    image: Path = typer.Option(..., "--image", help="PNG/JPG, preprocessed as timm's eval transform for the model."),
+    layers: str | None = typer.Option(
+        None, "--layers", help="0-based blocks to draw, e.g. 3,6,11 (default: up to 4 evenly spaced reducing blocks, the last included)."
+    ),
+    output: Path = typer.Option(Path("merge.png"), "--output", help="PNG to write (atomically)."),
+    backend: str = typer.Option(
+        "torch",
+        help=" | ".join(visualize_backends()) + ": whose choices to draw (torch: the PyTorch reference; else the exported graph's).",
+    ),
+    artifacts: Path | None = typer.Option(
+        None, "--artifacts", help="With a runtime backend: CONFIG's export (default: export to a temp dir)."
+    ),
+    checkpoint: Path | None = typer.Option(None, help="Override `checkpoint` (.safetensors or .pth state_dict)."),
+    colors: str = typer.Option("mean", help="mean: each token in the mean colour of its patches | random: a colour per token."),
+    json_out: bool = JSON,
+):
+    """Draw the image with every patch coloured by the token it belongs to after each chosen block (dimmed: dropped, hatched: fused)."""
+    cfg = load_config_with_overrides(config, checkpoint=str(checkpoint) if checkpoint else None)
+    with RichProgress(not json_out) as progress:
+        report = run_visualize(
+            cfg,
+            image,
+            output=output,
+            layers=layers,
+            backend=backend,
+            artifacts=artifacts,
+            colors=colors,
+            config_name=str(config),
+            progress=progress,
+        )
+    render.visualization(report, json_out)
+
+
+@app.command()
+@handle_errors
 def methods(
     json_out: bool = JSON,
     markdown: bool = typer.Option(False, "--markdown", help="Print the methods as the README's Markdown table."),
@@ -196,6 +238,50 @@ def calibrate(
 
 @app.command()
 @handle_errors
+def tune(
+    config: Path = typer.Argument(..., help="Export config YAML whose method's schedule knob is searched."),
+    budget_ms: float = typer.Option(..., "--budget-ms", help="Latency budget in milliseconds for one batch."),
+    batch: int = typer.Option(8, help="Batch size the budget is for."),
+    backend: str = typer.Option(DEFAULT_BACKEND, help=" | ".join(BACKENDS)),
+    percentile: str = typer.Option("p50", help=" | ".join(PERCENTILES) + ": the latency statistic held to the budget."),
+    data: Path | None = typer.Option(None, "--data", help="ImageFolder: also measure top-1 and pick the most accurate within budget."),
+    limit: int | None = typer.Option(256, help="With --data: images used per candidate (class-interleaved)."),
+    inflections: str | None = typer.Option(
+        None, help="r methods: ToMe inflection schedules to search as well, e.g. 0,-0.5,-1 (default: the config's)."
+    ),
+    output: Path | None = typer.Option(None, help="Tuned config path (default: CONFIG's folder/<stem>_tuned.yaml; .json/.png beside it)."),
+    cache: Path | None = typer.Option(None, help="Where candidate exports are cached (default: artifacts/tune/<config stem>/)."),
+    warmup: int = typer.Option(3, help="Warm-up runs per candidate."),
+    iterations: int = typer.Option(10, help="Timed runs per candidate (alternating with the dense model, as `profile`)."),
+    json_out: bool = JSON,
+):
+    """Find the least aggressive schedule whose latency meets --budget-ms on this backend and hardware; write it as a config."""
+    try:
+        inflection_list = [float(v) for v in inflections.split(",")] if inflections else None
+    except ValueError:
+        raise DeploytkError(f"--inflections {inflections!r} must be comma-separated numbers, e.g. 0,-0.5,-1.") from None
+    with RichProgress() as progress:
+        report = run_tune(
+            config,
+            budget_ms,
+            batch=batch,
+            backend=backend,
+            percentile=percentile,
+            data=data,
+            limit=limit,
+            inflections=inflection_list,
+            output=output,
+            cache=cache,
+            warmup=warmup,
+            iterations=iterations,
+            progress=progress,
+        )
+    render.tune(report, json_out)
+    raise typer.Exit(1 if report["outcome"] == "impossible" else 0)
+
+
+@app.command()
+@handle_errors
 def build(
     directory: Path = typer.Argument(..., help="Artifact directory written by `deploytk export`."),
     batch: str = typer.Option("1,8,64", help="Optimization profile of the batch: min,opt,max (or one value)."),
@@ -220,6 +306,24 @@ def build(
     with RichProgress(not json_out) as progress:
         record = build_engine(directory, options, progress)
     render.build(directory, record, json_out)
+
+
+@app.command()
+@handle_errors
+def package(
+    directory: Path = typer.Argument(..., help="Artifact directory written by `deploytk export` (and `deploytk build`)."),
+    triton: Path = typer.Option(..., "--triton", help="Triton Inference Server model repository to write the model into."),
+    name: str | None = typer.Option(None, help="Model name (default: the artifact directory's name, sanitised)."),
+    max_batch: int | None = typer.Option(
+        None, "--max-batch", help="Triton's max_batch_size [ONNX: 8; TensorRT engine: its profile's max, which it may not exceed]."
+    ),
+    force: bool = typer.Option(False, "--force", help="Replace an existing REPO/NAME (atomically)."),
+    json_out: bool = JSON,
+):
+    """Write a Triton model repository entry: REPO/NAME/config.pbtxt, 1/model.onnx (or 1/model.plan with an engine), README.md."""
+    with RichProgress(not json_out) as progress:
+        report = package_triton(directory, triton, name=name, max_batch=max_batch, force=force, progress=progress)
+    render.package(report, json_out)
 
 
 @app.command("eval")

@@ -183,6 +183,34 @@ def profile(result: dict, json_out: bool) -> None:
     out_console.print(table)
 
 
+def tune(report: dict, json_out: bool) -> None:
+    if json_out:
+        return emit_json(report)
+    title = (
+        f"{report['model']} {report['method']}: {report['percentile']} at batch {report['batch']} on {report['backend']}, "
+        f"budget {report['budget_ms']:g} ms"
+    )
+    table = _table(title, ())
+    for col in ("candidate", "GFLOPs", f"{report['percentile']} ms", "runs", "dense ms", "top-1", "budget"):
+        table.add_column(col, justify="right")
+    chosen = (report["chosen"] or {}).get("label")
+    for row in report["measured"]:
+        verdict = "[green]meets[/]" if row["meets_budget"] else "[red]misses[/]"
+        top1 = f"{100 * row['top1']:.1f}%" if row["top1"] is not None else "-"
+        name = f"[bold]{escape(row['label'])} <-[/]" if row["label"] == chosen else escape(row["label"])
+        runs = len(row["runs_ms"])
+        table.add_row(name, f"{row['gflops']:.3f}", f"{row['latency_ms']:.2f}", str(runs), f"{row['dense_latency_ms']:.2f}", top1, verdict)
+    out_console.print(table)
+    style = {"ok": "green", "dense": "yellow", "impossible": "red"}[report["outcome"]]
+    out_console.print(f"[{style}]{escape(report['message'])}[/]")
+    out_console.print(
+        f"  {report['measurements']} profile runs of {report['exports']} exports ({report['candidates']} candidate schedules); "
+        f"report {report['report']}" + (f", plot {report['plot']}" if report["plot"] else "")
+    )
+    if report["output"]:
+        out_console.print(f"  tuned config: {report['output']}")
+
+
 def inspect(report: dict, json_out: bool) -> None:
     if json_out:
         return emit_json(report)
@@ -339,4 +367,58 @@ def doctor(report: dict) -> None:
         table.add_row("OpenVINO", f"{report['openvino']} (CPU: {', '.join(report['openvino_cpu_capabilities'])})")
     else:
         table.add_row("OpenVINO", f"[yellow]absent[/]: {report['openvino_hint']}")
+    doctor_extras(table, report)
     out_console.print(table)
+
+
+def package(report: dict, json_out: bool) -> None:
+    if json_out:
+        return emit_json(report)
+    tensors = "; ".join(
+        f"{kind} {t['name']} {t['triton_dtype']} [{', '.join(map(str, t['dims']))}]"
+        for kind, key in (("input", "inputs"), ("output", "outputs"))
+        for t in report[key]
+    )
+    out_console.print(
+        f"[green]packaged[/] {report['artifact']} -> {report['model_dir']} ({report['model_file']}, Triton backend "
+        f"{report['backend']}, max_batch_size {report['max_batch_size']}, dynamic batching)\n  {tensors} (after the batch dimension)"
+    )
+    if report["tensorrt"]:
+        out_console.print(
+            f"  the server must have TensorRT {report['tensorrt']} (the engine's version) and a GPU of compute capability "
+            f"{report['compute_capability']}; the plugins are embedded in the engine"
+        )
+    out_console.print(
+        f"  serve: tritonserver --model-repository={report['repository']}   (docker command and a client: {report['model_dir']}/README.md)"
+    )
+
+
+def doctor_extras(table: Table, report: dict) -> None:
+    """`deploytk doctor`'s rows for the extras: installed or what is missing, with versions and what each enables."""
+    for extra, info in report["extras"].items():
+        versions = ", ".join(f"{name} {version or '[yellow]missing[/]'}" for name, version in info["packages"].items())
+        state = "[green]installed[/]" if info["installed"] else f"[yellow]not installed[/] ({escape(info['install'])})"
+        table.add_row(escape(f"deploytk[{extra}]"), f"{state}: {versions}; for {escape(info['for'])}")
+    if report["extras_hint"]:
+        table.add_row("", f"[yellow]note:[/] {escape(report['extras_hint'])}")
+
+
+def visualization(report: dict, json_out: bool) -> None:
+    if json_out:
+        return emit_json(report)
+    source = "the PyTorch reference" if report["backend"] == "torch" else f"{report['backend']} (the exported graph's choices)"
+    out_console.print(f"[green]wrote[/] {escape(report['output'])} ({report['method']}, {report['kind']}; choices of {source})")
+    table = _table(
+        f"{report['patches']} patches of {escape(report['image'])}", ("after block", "tokens", "hold patches", "dropped", "fused")
+    )
+    for layer in report["layers"]:
+        soft = " (argmax of soft weights)" if layer["soft_assignment"] else ""
+        table.add_row(
+            str(layer["block"]),
+            str(layer["tokens"]),
+            f"{layer['tokens_with_patches']}{soft}",
+            str(layer["patches_dropped"]),
+            str(layer["patches_fused"]),
+        )
+    out_console.print(table)
+    out_console.print(f"  {escape(report['caption'])}")

@@ -274,6 +274,34 @@ def evaluate(
     }
 
 
+def exported_accuracy(
+    directory: Path, folder: ImageFolder, *, batch_size: int = 64, backend: str | Backend = DEFAULT_BACKEND, progress: Progress = SILENT
+) -> dict:
+    """Top-1/top-k of an exported artifact alone on ``backend`` (``tune`` ranks many candidates; ``evaluate`` also runs the references)."""
+    backend = get_backend(backend, validating=True) if isinstance(backend, str) else backend
+    artifact = Artifact.open(directory, verify=False)
+    vit = create_vit(artifact.config.model_copy(update={"checkpoint": None, "pretrained": False}))  # only for its preprocessing
+    _check_classes(folder, int(vit.num_classes), artifact.config)
+    transform = timm_eval_transform(vit)
+    files = [f for f, _ in folder.samples]
+    labels = np.array([c for _, c in folder.samples], dtype=np.int64)
+    k = min(TOPK, int(vit.num_classes))
+    starts = range(0, len(files), batch_size)
+    exported = backend.load(artifact, sorted({len(files[b : b + batch_size]) for b in starts}))
+    top1 = topk = 0
+    progress.start(len(starts), f"top-1 of {directory.name} on {len(files)} images")
+    exported.activate()
+    try:
+        for start in starts:
+            logits = exported.run(load_images(files[start : start + batch_size], transform))[OUTPUT_NAME]
+            c1, ck, _ = _topk_correct(logits, labels[start : start + batch_size], k)
+            top1, topk = top1 + c1, topk + ck
+            progress.advance()
+    finally:
+        exported.deactivate()
+    return {"top1": top1 / len(files), f"top{k}": topk / len(files), "num_images": len(files)}
+
+
 def _check_classes(folder: ImageFolder, num_classes: int, cfg: DeployConfig) -> None:
     if len(folder.classes) != num_classes:
         hint = ""

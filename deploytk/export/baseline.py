@@ -7,6 +7,8 @@ used by `profile` (ONNX Runtime) and `build` (the baseline engine, built the sam
 from __future__ import annotations
 
 import copy
+import os
+import shutil
 from pathlib import Path
 
 from deploytk.export.artifacts import Artifact
@@ -39,3 +41,24 @@ def baseline_onnx(artifact: Artifact, merged: MergedViT | None = None) -> Path:
                 dense_model(merged, cfg.export.precision), artifact.img_size, cfg.export.batch_size, manifest["onnx"]["opset"], tmp
             )
     return cache
+
+
+def share_baseline(source: Artifact, target: Artifact) -> None:
+    """Give ``target`` the dense baseline already exported for ``source`` (a hard link, or a copy).
+
+    Only for artifacts of the same model, weights, precision, batch and opset, which differ in
+    their schedule alone (``tune``'s candidates): their dense models are the same graph.
+    """
+    src = source.directory / BASELINE_DIR / f"dense-{source.manifest['onnx']['sha256'][:16]}.onnx"
+    dst = target.directory / BASELINE_DIR / f"dense-{target.manifest['onnx']['sha256'][:16]}.onnx"
+    if dst.is_file() or not src.is_file():
+        return
+    keys = [(a.config.model_dump(mode="json", exclude={"merge"}), a.manifest["onnx"]["opset"]) for a in (source, target)]
+    if keys[0] != keys[1]:
+        raise ValueError(f"{source.directory} and {target.directory} are not the same weights and export settings")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:  # another file system: copy
+        with atomic_file(dst) as tmp:
+            shutil.copyfile(src, tmp)

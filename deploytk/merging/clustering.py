@@ -40,6 +40,7 @@ class ClusterReduction(Reduction):
     """Plans ``self.clusters[i]`` (None where block i does not reduce) and the schedule."""
 
     uses_r = False
+    tune_knob = "keep_rate"
     Options = ClusterOptions
     #: reduce at every block of ``layers`` even when the count is not below the tokens there
     #: (learned layers run wherever they were trained, as the study's models do at keep_rate 1)

@@ -34,6 +34,7 @@ class KeepRateReduction(Reduction):
     """Plans ``self.keep[i]`` (None where block i does not reduce) and the schedule from the keep rate."""
 
     uses_r = False
+    tune_knob = "keep_rate"
     Options = KeepRateOptions
     #: tokens a reducing block adds besides the kept ones (EViT: the fused token)
     extra_tokens: ClassVar[int] = 0

@@ -21,6 +21,7 @@ class LearnedReduction(ClusterReduction):
     """A ``ClusterReduction`` whose reducing blocks each own a trained layer (``make_layer``)."""
 
     learned = True
+    tune_knob = None  # the token counts are trained into the layers (DynamicViT overrides: its keep rate is free)
     reduces_at_every_layer = True
     checkpoint_prefix = "cluster_layers"
 

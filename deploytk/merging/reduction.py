@@ -9,9 +9,9 @@ ViT and calls it; the ops it calls are the deploytk ops, so the method exports a
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from torch import nn
 
 from deploytk.errors import DeploytkError
@@ -22,6 +22,11 @@ class MethodOptions(BaseModel):
     """``merge.options`` of a method; unknown keys are errors. Field descriptions are the docs."""
 
     model_config = ConfigDict(extra="forbid")
+
+    #: every method takes it: ``tune`` records where its schedule came from (not a setting; listed once in the docs)
+    tuned: dict[str, Any] | None = Field(
+        None, description="written by `deploytk tune`: the latency budget, backend, device and measured latency that chose this schedule"
+    )
 
 
 class Reduction(nn.Module):
@@ -51,6 +56,9 @@ class Reduction(nn.Module):
     learned_when: ClassVar[str | None] = None
     #: the method leaves tokens of size 0 that only proportional attention ignores (``merge.prop_attn`` must be true)
     needs_prop_attn: ClassVar[bool] = False
+    #: the schedule knob `deploytk tune` searches: ``r`` (per-layer merges), ``keep_rate`` or ``quantile`` (ATM's
+    #: calibration statistic); None where the token counts are trained into the method's layers
+    tune_knob: ClassVar[str | None] = None
 
     def __init__(self, vit: nn.Module, r_per_layer: list[int], options: MethodOptions):
         super().__init__()

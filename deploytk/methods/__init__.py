@@ -36,6 +36,7 @@ def describe_methods() -> list[dict]:
         opts = [
             {"name": name, "type": str(f.annotation).replace("typing.", ""), "default": f.default, "description": f.description or ""}
             for name, f in m.Options.model_fields.items()
+            if name != "tuned"  # every method's, written by `deploytk tune`: documented once
         ]
         report.append(
             {
@@ -46,6 +47,7 @@ def describe_methods() -> list[dict]:
                 "checkpoint_prefix": m.checkpoint_prefix,
                 "learned_when": m.learned_when,
                 "uses_r": m.uses_r,
+                "tune_knob": m.tune_knob,
                 "ops": list(m.ops),
                 "options": opts,
             }

@@ -181,6 +181,7 @@ class ATM(Reduction):
     summary = "ATM: layer-wise similarity thresholds and size-distinctive matching; r calibrated with `deploytk calibrate`"
     Options = ATMOptions
     ops = ("ToMeMatch", "SizeSplitMatch", "TokenAggregate")
+    tune_knob = "quantile"  # r is calibrated: tune searches the Table A2 points of a preset, else quantiles of one calibration
 
     def __init__(self, vit, r_per_layer: list[int], options: ATMOptions):
         super().__init__(vit, r_per_layer, options)

@@ -32,6 +32,7 @@ class ATS(Reduction):
     summary = "ATS (adaptive token sampling), training-free: sample tokens from the CDF of class attention x value norm"
     Options = KeepRateOptions
     uses_r = False
+    tune_knob = "keep_rate"
     ops = ("ATSSample", "TokenAggregate", "ProportionalAttention")
     needs_prop_attn = True
 

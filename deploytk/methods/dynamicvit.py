@@ -53,6 +53,7 @@ class ScorePredictor(nn.Module):
 
 @register_method
 class DynamicViT(LearnedReduction):
+    tune_knob = "keep_rate"  # the predictor scores tokens; how many are kept is free at inference
     name = "dynamicvit"
     kind = "pruning"
     summary = "DynamicViT (Which Tokens to Use?): a learned predictor scores the patches, the best-scored stay"

@@ -62,6 +62,7 @@ class Heuristic(Reduction):
     summary = "l1/l2/l-inf heuristic (Which Tokens to Use?): keep the patches nearest the image centre, a fixed radial pattern"
     Options = HeuristicOptions
     uses_r = False
+    tune_knob = "keep_rate"
     ops = ("TopKSelect", "TokenAggregate")
 
     def __init__(self, vit, r_per_layer: list[int], options: HeuristicOptions):

@@ -51,6 +51,7 @@ def mctf_cap(r: int, tokens: int, protected: int, min_tokens: int) -> int:
 
 @register_method
 class MCTF(Reduction):
+    tune_knob = "r"
     name = "mctf"
     kind = "merging"
     summary = "MCTF: multi-criteria (similarity, informativeness, size) bidirectional fusion with one-step-ahead attention"

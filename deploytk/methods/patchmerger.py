@@ -24,9 +24,13 @@ class PatchMergerLayer(nn.Module):
         self.norm = nn.LayerNorm(dim)  # torch's default eps 1e-5, as the official module
         self.queries = nn.Parameter(torch.randn(tokens_out, dim) / dim**0.5)
 
-    def forward(self, patches: torch.Tensor) -> torch.Tensor:
+    def mixing(self, patches: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(weights [B, K, N], the features they mix [B, N, C]): the output tokens are weights @ features."""
         normed = self.norm(patches)
-        weights = (self.queries @ normed.transpose(-1, -2)).softmax(dim=-1)  # [B, K, N]
+        return (self.queries @ normed.transpose(-1, -2)).softmax(dim=-1), normed
+
+    def forward(self, patches: torch.Tensor) -> torch.Tensor:
+        weights, normed = self.mixing(patches)
         return weights @ normed
 
 

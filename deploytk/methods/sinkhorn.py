@@ -49,10 +49,14 @@ class SinkhornLayer(nn.Module):
         self.v = nn.Parameter(torch.randn(tokens_out, dim))
         self.eps, self.iterations = eps, iterations
 
-    def forward(self, patches: torch.Tensor) -> torch.Tensor:
+    def mixing(self, patches: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(weights [B, K, N], the features they mix [B, N, C]): the output tokens are weights @ features."""
         unit = F.normalize(patches, p=2, dim=-1)
         centres = F.normalize(self.v, p=2, dim=-1)
-        weights = log_sinkhorn(centres @ unit.transpose(1, 2), self.eps, self.iterations)  # [B, K, N]
+        return log_sinkhorn(centres @ unit.transpose(1, 2), self.eps, self.iterations), unit
+
+    def forward(self, patches: torch.Tensor) -> torch.Tensor:
+        weights, unit = self.mixing(patches)
         return weights @ unit
 
 

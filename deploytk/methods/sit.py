@@ -26,9 +26,14 @@ class TokenSlimmingLayer(nn.Module):
         self.weight = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, tokens_out))
         self.scale = nn.Parameter(torch.ones(1, 1, 1))
 
-    def forward(self, patches: torch.Tensor) -> torch.Tensor:
+    def mixing(self, patches: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(weights [B, K, N], the features they mix [B, N, C]): the output tokens are weights @ features."""
         weights = (self.weight(patches) * self.scale).softmax(dim=1)  # [B, N, K], over the patches
-        return weights.transpose(1, 2) @ patches
+        return weights.transpose(1, 2), patches
+
+    def forward(self, patches: torch.Tensor) -> torch.Tensor:
+        weights, patches = self.mixing(patches)
+        return weights @ patches
 
 
 @register_method

@@ -31,6 +31,7 @@ def tome_merge(model, x, size, metric, r: int):
 
 @register_method
 class ToMe(Reduction):
+    tune_knob = "r"
     name = "tome"
     kind = "merging"
     summary = "ToMe: bipartite soft matching on attention keys, size-weighted merge after attention"

@@ -1,0 +1,249 @@
+"""`deploytk package --triton`: the repository's config parsed with Triton's own ModelConfig protobuf, the README's
+client example run against the config, the TensorRT branch on a stand-in engine, and every refusal writing nothing."""
+
+import hashlib
+import json
+import re
+import shutil
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import export_config
+from typer.testing import CliRunner
+
+from deploytk.backends.engine_manifest import engine_manifest
+from deploytk.build.options import BuildOptions
+from deploytk.cli import app
+
+model_config_pb2 = pytest.importorskip(
+    "tritonclient.grpc.model_config_pb2", reason="tritonclient[grpc] (the `test` extra) is not installed: it has Triton's ModelConfig"
+)
+from google.protobuf import text_format  # noqa: E402  (tritonclient[grpc] brings it; checked above)
+from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype  # noqa: E402
+
+runner = CliRunner()
+ENGINE_BYTES = b"stand-in for a serialized TensorRT engine"
+
+
+def invoke(*args):
+    return runner.invoke(app, ["package", *(str(a) for a in args)])
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    return export_config("digits_vit_tome_r4", tmp_path_factory.mktemp("export") / "digits_tome r4")
+
+
+@pytest.fixture
+def artifact(exported, tmp_path):
+    """A copy of the export that a test may change."""
+    return Path(shutil.copytree(exported, tmp_path / "digits_tome r4"))
+
+
+def parse_config(model_dir: Path):
+    return text_format.Parse((model_dir / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
+
+
+def tensors(config_tensors) -> list[tuple]:
+    return [(t.name, model_config_pb2.DataType.Name(t.data_type), list(t.dims)) for t in config_tensors]
+
+
+def manifest_tensors(manifest: dict, kind: str) -> list[tuple]:
+    """What Triton must be told: the manifest's names, Triton's own dtype for the numpy dtype, the shape after the batch axis."""
+    out = []
+    for t in manifest[kind]:
+        assert isinstance(t["shape"][0], str)  # the dynamic batch axis Triton's max_batch_size stands for
+        out.append((t["name"], "TYPE_" + np_to_triton_dtype(np.dtype(t["dtype"])), t["shape"][1:]))
+    return out
+
+
+def write_engine(directory: Path, batch=(1, 8, 32), **over) -> None:
+    manifest = json.loads((directory / "manifest.json").read_text())
+    record = engine_manifest(
+        onnx_sha256=manifest["onnx"]["sha256"],
+        tensorrt="10.13.0.35",
+        gpu="NVIDIA H100 80GB HBM3",
+        compute_capability="9.0",
+        options=BuildOptions(batch=batch).model_dump(mode="json"),
+        plugin_ops=["ProportionalAttention", "ToMeMatch", "TokenAggregate"],
+        build_seconds=42.0,
+        created="2026-11-25T00:00:00+00:00",
+    )
+    (directory / "model.engine").write_bytes(ENGINE_BYTES)
+    (directory / "engine.json").write_text(json.dumps(record | over, indent=2))
+
+
+def files_under(path: Path) -> list[str]:
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*")) if path.exists() else []
+
+
+def test_onnx_repository_is_a_valid_triton_config_with_the_manifests_tensors(artifact, tmp_path):
+    repo = tmp_path / "repo"
+    result = invoke(artifact, "--triton", repo, "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    model_dir = repo / "digits_tome_r4"  # the directory name, sanitised
+    assert report["name"] == "digits_tome_r4" and report["model_dir"] == str(model_dir)
+    assert files_under(repo) == ["digits_tome_r4", *(f"digits_tome_r4/{f}" for f in ("1", "1/model.onnx", "README.md", "config.pbtxt"))]
+
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    assert hashlib.sha256((model_dir / "1" / "model.onnx").read_bytes()).hexdigest() == manifest["onnx"]["sha256"]
+    config = parse_config(model_dir)
+    assert (config.name, config.platform, config.backend) == ("digits_tome_r4", "onnxruntime_onnx", "onnxruntime")
+    assert config.max_batch_size == 8  # the default for an ONNX model (its batch axis is dynamic)
+    assert config.HasField("dynamic_batching") and config.dynamic_batching.max_queue_delay_microseconds == 100
+    assert tensors(config.input) == manifest_tensors(manifest, "inputs") == [("input", "TYPE_FP32", [3, 32, 32])]
+    assert tensors(config.output) == manifest_tensors(manifest, "outputs") == [("logits", "TYPE_FP32", [10])]
+    assert not config.instance_group  # Triton places it: GPU where there is one, else CPU
+
+
+def test_name_and_max_batch_options(artifact, tmp_path):
+    repo = tmp_path / "repo"
+    assert invoke(artifact, "--triton", repo, "--name", "vit.tome-r4", "--max-batch", 64).exit_code == 0
+    config = parse_config(repo / "vit.tome-r4")
+    assert config.name == "vit.tome-r4" and config.max_batch_size == 64
+
+
+def test_readme_serves_and_requests_with_the_configs_names_shapes_and_dtypes(artifact, tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    assert invoke(artifact, "--triton", repo, "--name", "digits").exit_code == 0
+    readme = (repo / "digits" / "README.md").read_text()
+    assert "tritonserver --model-repository=/models" in readme and "nvcr.io/nvidia/tritonserver:" in readme
+    config = parse_config(repo / "digits")
+    inputs, outputs = {t.name: t for t in config.input}, {t.name: t for t in config.output}
+
+    def datatype(t):  # the client's datatype string of a config tensor: TYPE_FP32 -> FP32
+        return model_config_pb2.DataType.Name(t.data_type).removeprefix("TYPE_")
+
+    sent = {}
+
+    class InferInput:  # tritonclient.http's, checking what the example sends against the config
+        def __init__(self, name, shape, dtype):
+            assert name in inputs and dtype == datatype(inputs[name])
+            assert 1 <= shape[0] <= config.max_batch_size and list(shape[1:]) == list(inputs[name].dims)
+            self.name, self.shape, self.datatype = name, shape, dtype
+
+        def set_data_from_numpy(self, array):
+            assert array.dtype == triton_to_np_dtype(self.datatype) and list(array.shape) == list(self.shape)
+            sent[self.name] = array
+
+    class Result:
+        def as_numpy(self, name):
+            batch = sent["input"].shape[0]
+            return np.zeros((batch, *outputs[name].dims), dtype=triton_to_np_dtype(datatype(outputs[name])))
+
+    class InferenceServerClient:
+        def __init__(self, url):
+            assert url == "localhost:8000"
+
+        def infer(self, model_name, infer_inputs, outputs=None):
+            assert model_name == "digits" and [i.name for i in infer_inputs] == list(inputs)
+            assert all(o.name in config_outputs for o in outputs)
+            return Result()
+
+    config_outputs = outputs
+    http = types.ModuleType("tritonclient.http")
+    http.InferInput, http.InferenceServerClient = InferInput, InferenceServerClient
+    http.InferRequestedOutput = lambda name: types.SimpleNamespace(name=name)
+    package = types.ModuleType("tritonclient")
+    package.http = http
+    monkeypatch.setitem(sys.modules, "tritonclient", package)
+    monkeypatch.setitem(sys.modules, "tritonclient.http", http)
+    (example,) = re.findall(r"```python\n(.*?)```", readme, re.S)
+    exec(compile(example, "README example", "exec"), {})
+    assert set(sent) == {"input"}
+
+
+def test_tensorrt_repository_from_an_engine(artifact, tmp_path):
+    write_engine(artifact, batch=(1, 8, 32))
+    repo = tmp_path / "repo"
+    result = invoke(artifact, "--triton", repo, "--name", "digits", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["tensorrt"] == "10.13.0.35" and report["engine_profile"] == [1, 8, 32]
+    model_dir = repo / "digits"
+    assert files_under(model_dir) == ["1", "1/model.plan", "README.md", "config.pbtxt"]
+    assert (model_dir / "1" / "model.plan").read_bytes() == ENGINE_BYTES
+    config = parse_config(model_dir)
+    assert (config.platform, config.backend, config.max_batch_size) == ("tensorrt_plan", "tensorrt", 32)  # the profile's max
+    assert config.HasField("dynamic_batching")
+    assert [(g.kind, g.count) for g in config.instance_group] == [(model_config_pb2.ModelInstanceGroup.KIND_GPU, 1)]
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    assert tensors(config.input) == manifest_tensors(manifest, "inputs")
+    assert tensors(config.output) == manifest_tensors(manifest, "outputs")
+    readme = " ".join((model_dir / "README.md").read_text().split())
+    assert "the same TensorRT version the engine was built with: TensorRT 10.13.0.35" in readme
+    assert "needs no plugin library" in readme and "compute capability 9.0" in readme
+
+    assert invoke(artifact, "--triton", repo, "--name", "smaller", "--max-batch", 16).exit_code == 0
+    assert parse_config(repo / "smaller").max_batch_size == 16
+
+
+def _hash_mismatch(art):
+    with open(art / "model.onnx", "ab") as f:
+        f.write(b"\0")
+
+
+def _renamed_input(art):
+    manifest = json.loads((art / "manifest.json").read_text())
+    manifest["inputs"][0]["name"] = "pixels"
+    (art / "manifest.json").write_text(json.dumps(manifest))
+
+
+BAD = {
+    "not an artifact": (lambda art: (art / "manifest.json").unlink(), [], "is not a deploytk artifact directory"),
+    "onnx changed after export": (_hash_mismatch, [], "does not match its manifest"),
+    "manifest inputs edited": (_renamed_input, [], "does not describe model.onnx's graph"),
+    "engine from another onnx": (lambda art: write_engine(art, onnx_sha256="0" * 64), [], "built from a different model.onnx"),
+    "engine without engine.json": (
+        lambda art: (art / "model.engine").write_bytes(ENGINE_BYTES),
+        [],
+        "has model.engine but no engine.json",
+    ),
+    "engine.json without engine": (
+        lambda art: (write_engine(art), (art / "model.engine").unlink()),
+        [],
+        "has engine.json but no model.engine",
+    ),
+    "engine.json without TensorRT version": (lambda art: write_engine(art, tensorrt=None), [], "does not record the TensorRT version"),
+    "engine profile not from batch 1": (lambda art: write_engine(art, batch=(2, 8, 32)), [], "built for batches 2..32"),
+    "max batch above the engine profile": (
+        lambda art: write_engine(art, batch=(1, 8, 32)),
+        ["--max-batch", "64"],
+        "--max-batch 64 exceeds the TensorRT engine's optimisation profile (batch up to 32)",
+    ),
+    "max batch below 1": (lambda art: None, ["--max-batch", "0"], "--max-batch 0: must be an int >= 1"),
+    "unusable name": (lambda art: None, ["--name", "../up"], "is not a usable Triton model name"),
+}
+
+
+@pytest.mark.parametrize("repo_exists", [True, False], ids=["existing repo", "new repo"])
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_input_is_refused_and_nothing_is_written(artifact, tmp_path, case, repo_exists):
+    spoil, args, message = BAD[case]
+    spoil(artifact)
+    repo = tmp_path / "repo"
+    if repo_exists:
+        (repo / "other" / "1").mkdir(parents=True)
+        (repo / "other" / "config.pbtxt").write_text('name: "other"\n')
+    before = files_under(repo)
+    result = invoke(artifact, "--triton", repo, *args)
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split()) and "Traceback" not in result.output
+    assert files_under(repo) == before  # nothing new, not even temp directories
+    assert repo.exists() == repo_exists
+
+
+def test_an_existing_model_is_replaced_only_with_force(artifact, tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "digits" / "1").mkdir(parents=True)
+    (repo / "digits" / "config.pbtxt").write_text("mine\n")
+    result = invoke(artifact, "--triton", repo, "--name", "digits")
+    assert result.exit_code == 2 and "already exists" in result.output and "--force" in result.output
+    assert (repo / "digits" / "config.pbtxt").read_text() == "mine\n" and files_under(repo) == ["digits", "digits/1", "digits/config.pbtxt"]
+    assert invoke(artifact, "--triton", repo, "--name", "digits", "--force").exit_code == 0
+    assert parse_config(repo / "digits").name == "digits"
+    assert files_under(repo) == ["digits", "digits/1", "digits/1/model.onnx", "digits/README.md", "digits/config.pbtxt"]

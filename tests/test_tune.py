@@ -1,0 +1,174 @@
+"""`deploytk tune`: the search on made-up latencies (exact), and the whole command on the digits ViT (real exports and timings)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from deploytk.cli import app
+from deploytk.config import load_config
+from deploytk.errors import DeploytkError
+from deploytk.methods import get_method
+from deploytk.tune import Candidate, Search, candidates_for, tune
+
+ROOT = Path(__file__).resolve().parents[1]
+TOME = ROOT / "export_configs" / "digits_vit_tome_r4.yaml"
+runner = CliRunner()
+
+
+def fake_search(latencies: list[float], budget: float, dense: float, noise: dict | None = None) -> tuple[Search, list[int]]:
+    """Candidates whose i-th run takes latencies[i] (or noise[(i, run)]); the dense model takes ``dense``."""
+    cands = [Candidate(f"c{i}", {"r": i}, {}, [0], cost=-i) for i in range(len(latencies))]
+    calls: list[int] = []
+
+    def measure(i: int) -> None:
+        run = sum(1 for j in calls if j == i)
+        calls.append(i)
+        cands[i].latencies.append((noise or {}).get((i, run), latencies[i]))
+        cands[i].dense_latencies.append(dense)
+
+    return Search(cands, budget, measure), calls
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 20, 64])
+def test_bisection_finds_the_least_aggressive_candidate_within_budget(n):
+    latencies = [100 - 90 * i / max(n - 1, 1) for i in range(n)]  # falls with aggressiveness
+    for budget in (b for b in (latencies[0] + 1, 55.0, latencies[-1]) if b >= latencies[-1]):
+        search, calls = fake_search(latencies, budget, dense=110)
+        assert search.run() == "ok"
+        lo, hi = search.boundary
+        want = min(i for i, v in enumerate(latencies) if v <= budget)
+        assert hi == want and lo == hi - 1
+        # first the most aggressive, then bisection, then one more run of each side of the boundary
+        assert len(set(calls)) <= 1 + math.ceil(math.log2(n + 1)) and search.runs <= len(set(calls)) + 2
+
+
+def test_a_remeasurement_that_misses_moves_the_boundary():
+    latencies = [100, 90, 80, 70, 60, 50, 40, 30]
+    # candidate 3 (70 ms) first runs at 64 ms and is chosen under 65 ms; its second run (72 ms) makes its median 68 ms
+    search, calls = fake_search(latencies, 65, dense=110, noise={(3, 0): 64, (3, 1): 72, (3, 2): 72})
+    assert search.run() == "ok"
+    assert search.boundary == (3, 4)
+    assert search.candidates[4].latency <= 65 < search.candidates[3].latency
+
+
+def test_impossible_and_trivial_budgets_are_outcomes_not_choices():
+    search, calls = fake_search([100, 80, 60], budget=50, dense=120)
+    assert search.run() == "impossible" and calls == [2]
+    search, calls = fake_search([100, 80, 60], budget=130, dense=120)
+    assert search.run() == "dense" and calls == [2]
+
+
+def test_r_candidates_are_distinct_schedules_from_least_to_most_aggressive():
+    cands = candidates_for(load_config(TOME))
+    assert [c.knob["r"] for c in cands] == list(range(1, len(cands) + 1))
+    assert all(a.cost > b.cost for a, b in zip(cands, cands[1:], strict=False))
+    assert len({tuple(c.tokens) for c in cands}) == len(cands)
+    with_inflections = candidates_for(load_config(TOME), inflections=[0, -1])
+    assert any(c.knob.get("inflection") == -1 for c in with_inflections) and len(with_inflections) > len(cands)
+
+
+def test_keep_rate_and_atm_quantile_candidates():
+    cands = candidates_for(load_config(ROOT / "export_configs" / "digits_vit_topk_k70.yaml"))
+    rates = [c.knob["keep_rate"] for c in cands]
+    assert rates == sorted(rates, reverse=True) and 0.95 >= rates[0] and rates[-1] >= 0.1
+    import numpy as np
+
+    batches = [np.random.default_rng(0).standard_normal((8, 3, 32, 32), dtype=np.float32) for _ in range(2)]
+    atm = candidates_for(load_config(ROOT / "export_configs" / "digits_vit_atm.yaml"), calibration=(batches, "synthetic"))
+    quantiles = [c.knob["quantile"] for c in atm]
+    assert quantiles == sorted(quantiles) and len(atm) >= 1  # only as many as ATM's r varies between batches
+    merged = [sum(c.data["merge"]["r"]) for c in atm]
+    assert merged == sorted(merged)  # a higher quantile of ATM's r merges more
+
+
+def test_atm_with_a_preset_searches_the_papers_table_points(monkeypatch):
+    import numpy as np
+
+    import deploytk.tune
+    from deploytk.calibrate import calibrate
+    from deploytk.methods.atm import PRESETS
+
+    def calibrate_then_fake_r(cfg, *args, **kwargs):
+        """Random DeiT-T weights clear none of the paper's thresholds (r = 0 everywhere, nothing to tune), so the calibrated r is
+        replaced by one that falls with the point's theta_min: what pretrained weights do; the plumbing is what is tested."""
+        data, report = calibrate(cfg, *args, **kwargs)
+        theta = get_method("atm").parse_options(cfg.merge.options)
+        data["merge"]["r"] = [int(100 * (1 - theta.theta_min))] * 12
+        return data, report
+
+    monkeypatch.setattr(deploytk.tune, "calibrate", calibrate_then_fake_r)
+    batches = [np.random.default_rng(0).standard_normal((2, 3, 224, 224), dtype=np.float32)]
+    cands = candidates_for(load_config(ROOT / "export_configs" / "deit_tiny_atm.yaml"), calibration=(batches, "synthetic"))
+    table = {p.gflops: p for p in PRESETS["deit_t"]}
+    assert cands and all(c.knob["preset"] == "deit_t" and c.knob["paper_gflops"] in table for c in cands)
+    for c in cands:  # each point's thresholds went into its calibration
+        point = table[c.knob["paper_gflops"]]
+        assert c.data["merge"]["options"]["gflops"] == point.gflops and len(c.data["merge"]["r"]) == 12
+    assert all(a.cost > b.cost for a, b in zip(cands, cands[1:], strict=False))
+
+
+def test_untunable_methods_and_bad_options_are_refused_with_the_reason():
+    with pytest.raises(DeploytkError, match="token counts are trained into its layers") as err:
+        candidates_for(load_config(ROOT / "export_configs" / "digits_vit_patchmerger_k70.yaml"))
+    assert "tome" in err.value.hint
+    with pytest.raises(DeploytkError, match="--inflections is for the r-scheduled methods"):
+        candidates_for(load_config(ROOT / "export_configs" / "digits_vit_topk_k70.yaml"), inflections=[-1])
+    for kwargs, message in (({"budget_ms": 0}, "positive number"), ({"budget_ms": 5, "percentile": "p95"}, "not one of p50, p90")):
+        with pytest.raises(DeploytkError, match=message):
+            tune(TOME, **kwargs)
+    result = runner.invoke(app, ["tune", str(TOME), "--budget-ms", "5", "--inflections", "a,b"])
+    assert result.exit_code == 2 and "comma-separated numbers" in result.output
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """Three runs on the digits ViT sharing one export cache: an impossible, a trivial and a real budget."""
+    tmp = tmp_path_factory.mktemp("tune")
+    common = ["--cache", str(tmp / "cache"), "--warmup", "1", "--iterations", "5", "--json"]
+    impossible = runner.invoke(app, ["tune", str(TOME), "--budget-ms", "0.01", "--output", str(tmp / "none.yaml"), *common])
+    first = json.loads(impossible.stdout)
+    dense = first["dense_latency_ms"]
+    trivial = runner.invoke(app, ["tune", str(TOME), "--budget-ms", str(10 * dense), "--output", str(tmp / "trivial.yaml"), *common])
+    budget = (dense + first["measured"][0]["latency_ms"]) / 2  # between the most aggressive and dense
+    ok = runner.invoke(app, ["tune", str(TOME), "--budget-ms", f"{budget:.3f}", "--output", str(tmp / "ok.yaml"), *common])
+    return tmp, impossible, trivial, ok
+
+
+def test_tune_on_digits_picks_a_schedule_that_meets_the_budget_where_the_next_misses(tuned):
+    tmp, _, _, ok = tuned
+    assert ok.exit_code == 0, ok.output
+    report = json.loads(ok.stdout)
+    chosen, nxt = report["chosen"], report["next_less_aggressive"]
+    assert report["outcome"] == "ok" and chosen["latency_ms"] <= report["budget_ms"] < nxt["latency_ms"]
+    assert chosen["latency_ms"] == pytest.approx(sorted(chosen["runs_ms"])[len(chosen["runs_ms"]) // 2], rel=0.5)
+    assert report["exports"] <= 8 and Path(report["report"]).is_file() and json.loads(Path(report["report"]).read_text()) == report
+    data = yaml.safe_load((tmp / "ok.yaml").read_text())
+    assert data["merge"]["r"] == chosen["r"]
+    provenance = data["merge"]["options"]["tuned"]
+    assert provenance["budget_ms"] == report["budget_ms"] and provenance["measured_ms"] == chosen["latency_ms"]
+    assert provenance["backend"] == "ort" and provenance["device"]["device"] == "cpu"
+    load_config(tmp / "ok.yaml")  # the tuned config is a valid config
+
+
+def test_impossible_and_trivial_budgets_say_so_with_the_numbers_and_write_no_config(tuned):
+    tmp, impossible, trivial, _ = tuned
+    assert impossible.exit_code == 1
+    report = json.loads(impossible.stdout)
+    assert report["outcome"] == "impossible" and report["exports"] == 1
+    assert "no schedule meets 0.01 ms: the most aggressive, r=" in report["message"] and "dense" in report["message"]
+    assert trivial.exit_code == 0
+    report = json.loads(trivial.stdout)
+    assert report["outcome"] == "dense" and report["message"].startswith("the dense model already meets the budget")
+    assert not (tmp / "none.yaml").exists() and not (tmp / "trivial.yaml").exists()
+
+
+def test_noise_that_undoes_every_candidate_ends_as_impossible_not_a_loop():
+    # the most aggressive candidate meets once (49 ms), then its refine run (60 ms) makes its median miss
+    search, calls = fake_search([100, 80, 60], budget=50, dense=120, noise={(2, 0): 49})
+    assert search.run() == "impossible" and search.runs == 5  # 2, bisection (0, 1), refine (2, 1)
