@@ -61,8 +61,8 @@ EXTRAS = {
     "gpu": (("onnxruntime-gpu", "triton"), "--backend ort-cuda, the Triton kernels (--backend torch on a GPU, selftest, plugins compile)"),
     "tensorrt": (("tensorrt", "polygraphy"), "deploytk build, --backend trt"),
     "serve": (("tritonclient",), "a client for the Triton server repositories `deploytk package --triton` writes"),
-    "test": (("pytest", "ruff", "import-linter", "openvino", "tritonclient"), "make test"),
-    "bench": (("matplotlib",), "the plots of benchmarks/"),
+    "test": (("pytest", "ruff", "import-linter", "openvino", "tritonclient", "matplotlib"), "make test"),
+    "bench": (("matplotlib",), "the plots of benchmarks/, visualize and tune"),
 }
 #: distributions that stand in for a requirement: TensorRT's wheels are also installed per CUDA version without the metapackage
 _ALSO_SATISFIED_BY = {"tensorrt": ("tensorrt-cu13", "tensorrt-cu12", "tensorrt-cu11")}

@@ -135,7 +135,7 @@ def tuned(tmp_path_factory):
     first = json.loads(impossible.stdout)
     dense = first["dense_latency_ms"]
     trivial = runner.invoke(app, ["tune", str(TOME), "--budget-ms", str(10 * dense), "--output", str(tmp / "trivial.yaml"), *common])
-    budget = (dense + first["measured"][0]["latency_ms"]) / 2  # between the most aggressive and dense
+    budget = min(1.3 * first["measured"][0]["latency_ms"], 0.75 * dense)  # above the most aggressive, well below dense (noise)
     ok = runner.invoke(app, ["tune", str(TOME), "--budget-ms", f"{budget:.3f}", "--output", str(tmp / "ok.yaml"), *common])
     return tmp, impossible, trivial, ok
 
@@ -172,3 +172,27 @@ def test_noise_that_undoes_every_candidate_ends_as_impossible_not_a_loop():
     # the most aggressive candidate meets once (49 ms), then its refine run (60 ms) makes its median miss
     search, calls = fake_search([100, 80, 60], budget=50, dense=120, noise={(2, 0): 49})
     assert search.run() == "impossible" and search.runs == 5  # 2, bisection (0, 1), refine (2, 1)
+
+
+def test_with_data_the_most_accurate_candidate_within_budget_is_chosen():
+    from types import SimpleNamespace
+
+    from deploytk.tune import _report
+
+    search, _ = fake_search([100, 80, 60, 40], budget=85, dense=120)
+    assert search.run() == "ok" and search.boundary[1] == 1  # without data: the least aggressive within budget
+    for c in search.candidates:
+        c.gflops, c.dense_gflops = 4.0 - 0.5 * int(c.label[1:]), 4.6
+    for label, top1 in (("c0", 0.80), ("c1", 0.70), ("c2", 0.75), ("c3", 0.75)):
+        c = next(c for c in search.candidates if c.label == label)
+        c.accuracy = {"top1": top1} if c.latencies else None
+    measured = [c for c in search.candidates if c.latencies]
+    assert all(c.accuracy for c in measured)
+    cfg = SimpleNamespace(model="m", merge=SimpleNamespace(method="tome"))
+    folder = SimpleNamespace(root=Path("data"))
+    report = _report("c.yaml", cfg, search, SimpleNamespace(name="ort"), 8, "p50", folder, None)
+    within = {c.label: c.accuracy["top1"] for c in measured if c.latency <= 85}
+    best = max(within.values())
+    # the most accurate within budget wins over the least aggressive; ties go to the less aggressive (higher FLOPs)
+    want = min((label for label, t in within.items() if t == best), key=lambda label: int(label[1:]))
+    assert report["chosen"]["label"] == want and report["chosen"]["top1"] == best

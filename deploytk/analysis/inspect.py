@@ -32,7 +32,10 @@ def schedule_summary(model: MergedViT) -> dict:
 def method_summary(cfg: DeployConfig) -> dict:
     """The method with every option resolved (defaults filled in), for the manifest."""
     method = get_method(cfg.merge.method)
-    return {"name": method.name, "summary": method.summary, "options": method.parse_options(cfg.merge.options).model_dump(mode="json")}
+    options = method.parse_options(cfg.merge.options).model_dump(mode="json")
+    if options.get("tuned") is None:  # every method's provenance field: only shown when `deploytk tune` wrote it
+        options.pop("tuned", None)
+    return {"name": method.name, "summary": method.summary, "options": options}
 
 
 def flops_summary(model: MergedViT) -> dict:

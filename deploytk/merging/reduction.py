@@ -95,7 +95,7 @@ class Reduction(nn.Module):
             for e in err.errors():
                 field = ".".join(str(p) for p in e["loc"])
                 if e["type"] == "extra_forbidden":
-                    allowed = ", ".join(cls.Options.model_fields) or "none"
+                    allowed = ", ".join(n for n in cls.Options.model_fields if n != "tuned") or "none"  # tuned: written by tune
                     problems.append(f"unknown option `{source}.{field}` for method {cls.name} (allowed: {allowed})")
                 else:
                     problems.append(f"`{source}.{field}` = {e.get('input')!r}: {e['msg']}")
