@@ -38,9 +38,9 @@ from deploytk.analysis.visualize import (
 )
 from deploytk.backends import BACKENDS, get_backend
 from deploytk.config import DeployConfig
+from deploytk.data import model_input_size
 from deploytk.errors import DeploytkError
 from deploytk.export.artifacts import Artifact
-from deploytk.export.manifest import sha256_file
 from deploytk.export.pipeline import run_export
 from deploytk.merging.merged_vit import MergedViT
 from deploytk.methods import get_method
@@ -94,27 +94,6 @@ def runtime_dests(backend_name: str, artifact: Artifact, image: np.ndarray, sour
     return [np.asarray(outputs[name])[0] for _, name in probes]
 
 
-def _check_artifact(artifact: Artifact, cfg: DeployConfig, config_name: str) -> None:
-    """Refuse an artifact exported from another model, method, schedule, image size or weights than ``cfg``."""
-    exported = artifact.config
-    problems = []
-    for name in ("model", "model_kwargs", "merge"):
-        have, want = getattr(exported, name), getattr(cfg, name)
-        have, want = (v.model_dump(mode="json") if hasattr(v, "model_dump") else v for v in (have, want))
-        if have != want:
-            problems.append(f"`{name}` is {have!r} there but {want!r} in {config_name}")
-    if exported.export.img_size != cfg.export.img_size:
-        problems.append(f"`export.img_size` is {exported.export.img_size} there but {cfg.export.img_size} in {config_name}")
-    want_sha = sha256_file(Path(cfg.checkpoint)) if cfg.checkpoint else None
-    if artifact.manifest["model"].get("checkpoint_sha256") != want_sha:
-        problems.append("the weights differ (checkpoint sha256)")
-    if problems:
-        raise DeploytkError(
-            f"--artifacts {artifact.directory} was not exported from {config_name}: " + "; ".join(problems) + ".",
-            hint=f"Re-export with `deploytk export {config_name} --output {artifact.directory}`, or omit --artifacts.",
-        )
-
-
 @dataclass
 class Traced:
     """One image through the reference: the model, the preprocessed image [1, 3, H, W] and where every patch went
@@ -144,12 +123,11 @@ def trace(
     if artifacts is not None and backend == REFERENCE:
         raise DeploytkError("--artifacts is read by a runtime (--backend ort, ...); the torch backend draws the PyTorch reference.")
     require_image_file(image)
-    artifact = None
-    if artifacts is not None:
-        artifact = Artifact.open(Path(artifacts))
-        _check_artifact(artifact, cfg, config_name)
+    artifact = Artifact.open(Path(artifacts)) if artifacts is not None else None
     progress.step("building the PyTorch reference")
     model = build_reference(cfg).eval()
+    if artifact is not None:
+        artifact.require_exported_from(cfg, config_name, model_input_size(model.vit))
     check_layers_exist(layers, len(model.vit.blocks))  # before any export
     x = load_image(image, model.vit)
     progress.step("tracking every patch through the reference")

@@ -27,11 +27,10 @@ import numpy as np
 import torch
 
 from deploytk.backends import DEFAULT_BACKEND, Backend, get_backend
-from deploytk.config import DeployConfig, config_from_dict
+from deploytk.config import DeployConfig
 from deploytk.data import IMAGE_SUFFIXES, load_images, model_input_size, timm_eval_transform
 from deploytk.errors import DeploytkError
 from deploytk.export.artifacts import Artifact
-from deploytk.export.manifest import sha256_file
 from deploytk.export.onnx_export import OUTPUT_NAME
 from deploytk.export.pipeline import run_export
 from deploytk.models import build_reference, create_vit
@@ -103,39 +102,6 @@ def scan_image_folder(root: Path, limit: int | None = None) -> ImageFolder:
     return ImageFolder(root, classes, samples[:limit] if limit else samples)
 
 
-def _normalised(cfg: DeployConfig) -> dict:
-    """What must agree between an artifact and a config: the model and every merge setting."""
-    data = cfg.model_dump(mode="json")
-    return {"model": data["model"], "model_kwargs": data["model_kwargs"], **{f"merge.{k}": v for k, v in data["merge"].items()}}
-
-
-def check_artifacts_match(directory: Path, cfg: DeployConfig, config_name: str, img_size) -> dict:
-    """The manifest of ``directory`` if it was exported from the same model/method/r/weights as ``cfg``."""
-    manifest = Artifact.open(directory).manifest  # also checks model.onnx against its sha256
-    exported = config_from_dict(manifest.get("config", {}), f"{directory}/manifest.json")
-    want, have = _normalised(cfg), _normalised(exported)
-    problems = [f"`{k}` is {have.get(k)!r} there but {want[k]!r} in {config_name}" for k in want if want[k] != have.get(k)]
-    if list(manifest["model"]["img_size"]) != list(img_size):
-        problems.append(f"the image size is {manifest['model']['img_size']} there but {list(img_size)} in {config_name}")
-    want_sha = sha256_file(Path(cfg.checkpoint)) if cfg.checkpoint else None
-    have_sha = manifest["model"].get("checkpoint_sha256")
-    if want_sha != have_sha:
-        problems.append(
-            "the weights differ ("
-            + (f"checkpoint sha256 {have_sha[:12]}..." if have_sha else "random init")
-            + " there, "
-            + (f"{cfg.checkpoint} sha256 {want_sha[:12]}..." if want_sha else "random init")
-            + f" in {config_name})"
-        )
-    if problems:
-        raise DeploytkError(
-            f"--artifacts {directory} was not exported from {config_name}: " + "; ".join(problems) + ".",
-            hint=f"Re-export with `deploytk export {config_name} --output {directory}`, "
-            "or omit --artifacts to export to a temporary directory.",
-        )
-    return manifest
-
-
 def _topk_correct(logits: np.ndarray, labels: np.ndarray, k: int) -> tuple[int, int, np.ndarray]:
     """(# top-1 correct, # top-k correct, top-1 predictions)."""
     top1 = logits.argmax(-1)
@@ -187,7 +153,11 @@ def evaluate(
     img = model_input_size(dense)
     num_classes = int(dense.num_classes)
     _check_classes(folder, num_classes, cfg)
-    manifest = check_artifacts_match(artifacts, cfg, config_name, img) if artifacts is not None else None
+    manifest = None
+    if artifacts is not None:
+        artifact = Artifact.open(artifacts)  # also checks model.onnx against its sha256
+        artifact.require_exported_from(cfg, config_name, img)
+        manifest = artifact.manifest
     progress.step("building the merged reference")
     reference = build_reference(cfg)
     transform = timm_eval_transform(dense)

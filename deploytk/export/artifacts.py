@@ -100,3 +100,32 @@ class Artifact:
     @property
     def precision(self) -> str:
         return self.manifest["config"].get("export", {}).get("precision", "fp32")
+
+    def require_exported_from(self, cfg: DeployConfig, config_name: str, img_size) -> None:
+        """Refuse an export (``--artifacts``) of another model, method, schedule, image size or weights than ``cfg``."""
+        want, have = _export_identity(cfg), _export_identity(self.config)
+        problems = [f"`{k}` is {have.get(k)!r} there but {want[k]!r} in {config_name}" for k in want if want[k] != have.get(k)]
+        if list(self.img_size) != list(img_size):
+            problems.append(f"the image size is {list(self.img_size)} there but {list(img_size)} in {config_name}")
+        want_sha = sha256_file(Path(cfg.checkpoint)) if cfg.checkpoint else None
+        have_sha = self.manifest["model"].get("checkpoint_sha256")
+        if want_sha != have_sha:
+            problems.append(
+                "the weights differ ("
+                + (f"checkpoint sha256 {have_sha[:12]}..." if have_sha else "random init")
+                + " there, "
+                + (f"{cfg.checkpoint} sha256 {want_sha[:12]}..." if want_sha else "random init")
+                + f" in {config_name})"
+            )
+        if problems:
+            raise DeploytkError(
+                f"--artifacts {self.directory} was not exported from {config_name}: " + "; ".join(problems) + ".",
+                hint=f"Re-export with `deploytk export {config_name} --output {self.directory}`, "
+                "or omit --artifacts to export to a temporary directory.",
+            )
+
+
+def _export_identity(cfg: DeployConfig) -> dict:
+    """What must agree between an artifact and a config: the model and every merge setting."""
+    data = cfg.model_dump(mode="json")
+    return {"model": data["model"], "model_kwargs": data["model_kwargs"], **{f"merge.{k}": v for k, v in data["merge"].items()}}

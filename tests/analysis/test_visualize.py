@@ -194,7 +194,7 @@ def test_onnx_runtime_choices_give_the_reference_maps_topk(noise_png):
 
 
 def test_artifacts_of_another_config_are_refused(tiny_tome_export, noise_png, tmp_path):
-    with pytest.raises(DeploytkError, match="was not exported from the config: `merge` is"):
+    with pytest.raises(DeploytkError, match="was not exported from the config: `merge.method` is 'tome' there but 'topk' in the config"):
         visualize(tiny(TINY_TOPK), noise_png, output=tmp_path / "b.png", backend="ort", artifacts=tiny_tome_export)
     assert not (tmp_path / "b.png").exists()
 
