@@ -126,11 +126,11 @@ def _r_candidates(cfg: DeployConfig, vit, inflections: list[float]) -> list[Cand
             spec = (r, inflection) if inflection else r
             model = build_merged(method, vit, spec, cfg.merge.prop_attn, options)
             tokens, cost = _estimate(model)
-            if model.schedule.tokens_out <= model.schedule.protected + 1 or tokens == previous:
-                if tokens != previous:  # the first schedule that merges down to one token is the last candidate
-                    out.append(_r_candidate(cfg, r, inflection, tokens, cost))
+            if tokens == previous:  # the cap leaves nothing more to merge
                 break
             out.append(_r_candidate(cfg, r, inflection, tokens, cost))
+            if model.schedule.tokens_out <= model.schedule.protected + 1:  # merged down to one patch token: the last candidate
+                break
             previous = tokens
     return out
 
@@ -161,29 +161,27 @@ def _atm_candidates(cfg: DeployConfig, batches: list[np.ndarray], source: str, p
     of one calibration run of the config's thresholds (``deploytk calibrate --quantile Q`` would write the same)."""
     method = get_method("atm")
     options = method.parse_options(cfg.merge.options)
-    out = []
+    vit = create_vit(cfg)  # the weights, loaded once: every point and quantile runs on them
+
+    def candidate(label: str, knob: dict, data: dict) -> Candidate:
+        merged = build_merged(method, vit, data["merge"]["r"], cfg.merge.prop_attn, method.parse_options(data["merge"]["options"]))
+        return Candidate(label, knob, data, *_estimate(merged))
+
     if options.preset:
+        out = []
         points = PRESETS[options.preset]
         progress.start(len(points), f"calibrating ATM at the {len(points)} {options.preset} points of the paper's Table A2")
         for p in points:
             point_cfg = config_from_dict(_with(cfg, options={"gflops": p.gflops, "calibration": None}), f"(ATM point {p.gflops} GFLOPs)")
-            model = build_reference(point_cfg)
-            data, _ = calibrate(point_cfg, batches, 0.5, source, model=model)
-            point_options = method.parse_options(data["merge"]["options"])
-            merged = build_merged(method, model.vit, data["merge"]["r"], cfg.merge.prop_attn, point_options)
-            tokens, cost = _estimate(merged)
+            data, _ = calibrate(point_cfg, batches, 0.5, source, model=build_reference(point_cfg, vit))
             knob = {"preset": options.preset, "paper_gflops": p.gflops, "alpha": p.alpha, "beta": p.beta, "theta_min": p.theta_min}
-            out.append(Candidate(f"{options.preset} {p.gflops:g}G point", knob, data, tokens, cost))
+            out.append(candidate(f"{options.preset} {p.gflops:g}G point", knob, data))
             progress.advance()
         return out
-    model = build_reference(cfg)
+    model = build_reference(cfg, vit)
     samples = atm_r_samples(model, batches, progress)
-    for q in QUANTILES:
-        data, _ = calibrate(cfg, batches, q, source, model=model, samples=samples)
-        merged = build_merged(method, model.vit, data["merge"]["r"], cfg.merge.prop_attn, method.parse_options(data["merge"]["options"]))
-        tokens, cost = _estimate(merged)
-        out.append(Candidate(f"quantile={q:g}", {"quantile": q}, data, tokens, cost))
-    return out
+    quantiles = [(q, calibrate(cfg, batches, q, source, model=model, samples=samples)[0]) for q in QUANTILES]
+    return [candidate(f"quantile={q:g}", {"quantile": q}, data) for q, data in quantiles]
 
 
 def candidates_for(
