@@ -25,7 +25,7 @@ from pathlib import Path
 
 import onnx
 
-from deploytk.backends.engine_manifest import ENGINE_FILE, ENGINE_MANIFEST_FILE, read_engine_manifest
+from deploytk.backends.engine_manifest import ENGINE_FILE, ENGINE_MANIFEST_FILE, onnx_mismatch, read_engine_manifest
 from deploytk.errors import DeploytkError
 from deploytk.export.artifacts import Artifact
 from deploytk.files import atomic_directory
@@ -257,12 +257,8 @@ def _engine_record(artifact: Artifact) -> dict | None:
     reasons = []
     if record.get("format") != "deploytk-engine/1":
         reasons.append(f"its format is {record.get('format')!r}, not 'deploytk-engine/1'")
-    onnx_sha256 = artifact.manifest["onnx"]["sha256"]
-    if record.get("onnx_sha256") != onnx_sha256:
-        reasons.append(
-            f"it was built from a different model.onnx (sha256 {str(record.get('onnx_sha256'))[:12]}..., "
-            f"the artifact's is {onnx_sha256[:12]}...)"
-        )
+    if mismatch := onnx_mismatch(record, artifact.manifest["onnx"]["sha256"]):
+        reasons.append(mismatch)
     if not (isinstance(record.get("tensorrt"), str) and record["tensorrt"]):
         reasons.append("it does not record the TensorRT version it was built with")
     build = record.get("build")

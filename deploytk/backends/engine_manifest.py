@@ -60,14 +60,17 @@ def read_engine_manifest(directory: Path) -> dict:
         raise DeploytkError(f"{path} is not valid JSON ({err}).", hint=f"Rebuild with `deploytk build {directory}`.") from None
 
 
+def onnx_mismatch(manifest: dict, onnx_sha256: str) -> str | None:
+    """Why the engine is not this model.onnx's (None when it is): what any use of an engine checks first."""
+    if manifest.get("onnx_sha256") == onnx_sha256:
+        return None
+    built_from = str(manifest.get("onnx_sha256"))[:12]
+    return f"it was built from a different model.onnx (sha256 {built_from}..., the artifact's is {onnx_sha256[:12]}...)"
+
+
 def check_engine(manifest: dict, *, onnx_sha256: str, tensorrt: str, compute_capability: str, gpu: str) -> None:
     """Refuse an engine built from another ONNX file, with another TensorRT, or for another GPU; list every reason."""
-    reasons = []
-    if manifest.get("onnx_sha256") != onnx_sha256:
-        reasons.append(
-            f"it was built from a different model.onnx (sha256 {str(manifest.get('onnx_sha256'))[:12]}..., "
-            f"the artifact's is {onnx_sha256[:12]}...)"
-        )
+    reasons = [r for r in (onnx_mismatch(manifest, onnx_sha256),) if r]
     if manifest.get("tensorrt") != tensorrt:
         reasons.append(
             f"it was built with TensorRT {manifest.get('tensorrt')}, this is TensorRT {tensorrt} "
