@@ -119,7 +119,11 @@ def test_untunable_methods_and_bad_options_are_refused_with_the_reason():
     assert "tome" in err.value.hint
     with pytest.raises(DeploytkError, match="--inflections is for the r-scheduled methods"):
         candidates_for(load_config(ROOT / "export_configs" / "digits_vit_topk_k70.yaml"), inflections=[-1])
-    for kwargs, message in (({"budget_ms": 0}, "positive number"), ({"budget_ms": 5, "percentile": "p95"}, "not one of p50, p90")):
+    for kwargs, message in (
+        ({"budget_ms": 0}, "positive number"),
+        ({"budget_ms": 5, "percentile": "p95"}, "not one of p50, p90"),
+        ({"budget_ms": 5, "batch": 0}, "--batch and --iterations must be >= 1 and --warmup >= 0"),
+    ):
         with pytest.raises(DeploytkError, match=message):
             tune(TOME, **kwargs)
     result = runner.invoke(app, ["tune", str(TOME), "--budget-ms", "5", "--inflections", "a,b"])
