@@ -174,6 +174,7 @@ def test_tune_on_digits_picks_a_schedule_that_meets_the_budget_where_the_next_mi
     fits = lambda row: FIXED_MS + DENSE_MS * row["gflops"] / report["dense_gflops"] <= OK_BUDGET_MS + 1e-3  # noqa: E731
     assert fits(chosen) and not fits(nxt) and nxt["r"] == chosen["r"] - 1
     assert all(row["runs_ms"] for row in report["measured"])
+    assert chosen["latency_ms"] == pytest.approx(sorted(chosen["runs_ms"])[len(chosen["runs_ms"]) // 2], abs=1e-3)  # the median
     assert report["exports"] <= 8 and Path(report["report"]).is_file() and json.loads(Path(report["report"]).read_text()) == report
     data = yaml.safe_load((tmp / "ok.yaml").read_text())
     assert data["merge"]["r"] == chosen["r"]
