@@ -1,8 +1,8 @@
 """Input batches for validation and profiling: seeded synthetic images, or a folder of real ones.
 
-Real images always go through :func:`timm_eval_transform` (timm's own eval preprocessing for
-the model, at the model's actual input size); ``deploytk validate --images`` and
-``deploytk eval`` share it.
+Real images are read in one place, :func:`read_rgb` (every command: validate --images, eval,
+calibrate, tune --data, visualize), and then go through :func:`timm_eval_transform` (timm's own
+eval preprocessing for the model, at the model's actual input size).
 """
 
 from __future__ import annotations
@@ -10,12 +10,46 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageOps
 from timm.data import create_transform, resolve_data_config
 
 from deploytk.errors import DeploytkError
 
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp"}
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
+#: Pillow modes of more than 8 bits per sample whose range is 0..65535; Pillow's convert("RGB") clips them at 255
+#: (a 16-bit image turns white), so they are scaled as Pillow itself reads 16-bit RGB and LA PNGs: the high byte
+_SIXTEEN_BIT = {"I;16", "I;16L", "I;16B", "I;16N"}
+
+
+def read_rgb(path: Path) -> Image.Image:
+    """The image at ``path`` as 8-bit RGB, as its pixels mean it: EXIF orientation applied, then Pillow's own conversion
+    (palette, grayscale, CMYK, alpha dropped as timm's and torchvision's loaders drop it), 16-bit samples scaled to
+    8 bits by their range (the high byte, Pillow's rule for 16-bit RGB) instead of clipped. Anything else is refused
+    with the file name."""
+    try:
+        with Image.open(path) as opened:
+            img = ImageOps.exif_transpose(opened)
+            img.load()
+    except Exception as err:
+        raise DeploytkError(f"image {path} could not be read ({err}).") from None
+    if img.mode in _SIXTEEN_BIT or img.mode == "I":
+        values = np.asarray(img, dtype=np.int64)
+        if values.size and (values.min() < 0 or values.max() > 65535):
+            raise DeploytkError(
+                f"image {path} has 32-bit integer pixels from {values.min()} to {values.max()}, outside 0..65535: there is no "
+                "faithful 8-bit RGB for them.",
+                hint="Save it as 8- or 16-bit (PNG, TIFF) first.",
+            )
+        img = Image.fromarray((values >> 8).astype(np.uint8))  # 2-D uint8: mode L
+    elif img.mode == "F":
+        raise DeploytkError(
+            f"image {path} has 32-bit floating-point pixels, which have no defined range to map to 8-bit RGB.",
+            hint="Save it as 8- or 16-bit (PNG, TIFF) first.",
+        )
+    try:
+        return img.convert("RGB")
+    except ValueError as err:
+        raise DeploytkError(f"image {path} (Pillow mode {img.mode}) cannot be converted to RGB ({err}).") from None
 
 
 def synthetic_batches(num_images: int, batch_size: int, img_size, seed: int = 0) -> list[np.ndarray]:
@@ -50,15 +84,8 @@ def timm_eval_transform(vit):
 
 
 def load_images(files: list[Path], transform) -> np.ndarray:
-    """``files`` read as RGB and preprocessed by ``transform``, stacked to float32 [N, 3, H, W]."""
-    images = []
-    for f in files:
-        try:
-            with Image.open(f) as img:
-                images.append(transform(img.convert("RGB")).numpy())
-        except Exception as err:
-            raise DeploytkError(f"image {f} could not be read ({err}).") from None
-    return np.stack(images).astype(np.float32)
+    """``files`` read by ``read_rgb`` and preprocessed by ``transform``, stacked to float32 [N, 3, H, W]."""
+    return np.stack([transform(read_rgb(f)).numpy() for f in files]).astype(np.float32)
 
 
 def folder_batches(folder: Path, num_images: int, batch_size: int, vit) -> list[np.ndarray]:
