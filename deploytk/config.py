@@ -15,7 +15,20 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 from deploytk.errors import DeploytkError
 from deploytk.methods import get_method
 
-DEFAULT_CONFIG = Path("export_configs/deit_small_tome_r16.yaml")
+#: what `deploytk export` / `inspect` use without a CONFIG: found beside the package (the source tree's export_configs/),
+#: not in the working directory
+DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "export_configs" / "deit_small_tome_r16.yaml"
+
+
+def default_config() -> Path:
+    """DEFAULT_CONFIG, or a clear error where this install does not have it (a wheel holds no export_configs/)."""
+    if not DEFAULT_CONFIG.is_file():
+        raise DeploytkError(
+            f"no CONFIG was given and the default config {DEFAULT_CONFIG} is not part of this installation "
+            "(it ships in the source tree's export_configs/).",
+            hint="Pass a config YAML, e.g. `deploytk export my_config.yaml`.",
+        )
+    return DEFAULT_CONFIG
 
 
 class _Strict(BaseModel):
@@ -144,7 +157,13 @@ def load_config(path: str | Path) -> DeployConfig:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(err, "problem", None) or str(err)
         raise DeploytkError(f"config {path} is not valid YAML{where}: {problem}.") from None
-    return config_from_dict(data or {}, str(path))
+    if data is None:  # an empty file, or comments only: not a silent "use every default"
+        raise DeploytkError(
+            f"config {path} is empty: it names no model or merge method.",
+            hint="Write at least `model: <timm ViT name>` and `merge: {method: tome, r: 16}`; "
+            f"{DEFAULT_CONFIG.name} in export_configs/ is a complete example.",
+        )
+    return config_from_dict(data, str(path))
 
 
 def apply_overrides(cfg: DeployConfig, **overrides) -> DeployConfig:

@@ -7,6 +7,7 @@ random initialisation (seeded, so every command rebuilds the same model).
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 from pathlib import Path
 
@@ -36,8 +37,10 @@ def create_vit(cfg: DeployConfig) -> nn.Module:
     if cfg.export.img_size:
         kwargs["img_size"] = cfg.export.img_size
     torch.manual_seed(RANDOM_INIT_SEED)
+    offline = cfg.pretrained and not _hub_reachable()
     try:
-        model = timm.create_model(cfg.model, pretrained=cfg.pretrained, **kwargs)
+        with _hub_offline(offline):
+            model = timm.create_model(cfg.model, pretrained=cfg.pretrained, **kwargs)
     except TypeError as err:  # non-ViT models reject img_size; unknown model_kwargs land here too
         bad = [k for k in cfg.model_kwargs if k in str(err)]
         if bad:
@@ -50,8 +53,13 @@ def create_vit(cfg: DeployConfig) -> nn.Module:
         raise
     except Exception as err:
         if cfg.pretrained:
+            why = (
+                "the Hugging Face Hub cannot be reached from this machine and they are not in the local cache"
+                if offline
+                else str(err).rstrip(".")
+            )
             raise DeploytkError(
-                f"timm could not download pretrained weights for {cfg.model!r}: {err}.",
+                f"timm could not load pretrained weights for {cfg.model!r} (`pretrained: true`): {why}.",
                 hint="Offline, pass the weights with --checkpoint / `checkpoint:` instead of `pretrained: true`.",
             ) from None
         raise
@@ -60,9 +68,71 @@ def create_vit(cfg: DeployConfig) -> nn.Module:
             f"model {cfg.model!r} is a {type(model).__name__}, not a timm VisionTransformer; deploytk supports "
             "the VisionTransformer family (vit_*, deit_*, deit3_*, ...)."
         )
+    _require_whole_patches(model, cfg)
     if cfg.checkpoint:
         load_checkpoint(model, Path(cfg.checkpoint), get_method(cfg.merge.method).checkpoint_prefix)
     return model.eval()
+
+
+def _require_whole_patches(model: VisionTransformer, cfg: DeployConfig) -> None:
+    """timm's patch embedding is a Conv2d with stride = patch size and no padding: an image size that is not a multiple
+    of it loses its last rows and columns without a word, so it is refused here."""
+    patch = tuple(int(p) for p in model.patch_embed.patch_size)
+    size = tuple(int(v) for v in model.patch_embed.img_size)
+    if all(v % p == 0 for v, p in zip(size, patch, strict=True)):
+        return
+    lost = max(v % p for v, p in zip(size, patch, strict=True))
+    p = max(patch)
+    value = cfg.export.img_size if cfg.export.img_size else size[0]
+    near = sorted({value // p * p, -(-value // p) * p} - {0})
+    raise DeploytkError(
+        f"`export.img_size` = {value} is not a multiple of {cfg.model}'s patch size {p}: timm's patch embedding (a Conv2d "
+        f"with stride {p}, no padding) would drop the last {lost} pixel rows and columns of every image without a word.",
+        hint=f"Use {' or '.join(map(str, near))}.",
+    )
+
+
+def _hub_reachable(timeout_s: float = 3.0) -> bool:
+    """Whether the Hugging Face Hub answers a TCP connection within ``timeout_s`` (or a proxy is configured, which may
+    reach it). Offline, huggingface_hub retries with back-off for about a minute before it gives up."""
+    import os
+    import socket
+    import threading
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE or any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return True  # offline already, or the proxy decides
+    host = urlparse(constants.ENDPOINT).hostname or "huggingface.co"
+    answered = []
+
+    def probe():  # in a thread: name resolution has no timeout of its own
+        try:
+            socket.create_connection((host, 443), timeout=timeout_s).close()
+            answered.append(True)
+        except OSError:
+            pass
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    return bool(answered)
+
+
+@contextlib.contextmanager
+def _hub_offline(offline: bool):
+    """huggingface_hub's offline mode while timm loads (the local cache still serves), if ``offline``."""
+    if not offline:
+        yield
+        return
+    from huggingface_hub import constants
+
+    saved, constants.HF_HUB_OFFLINE = constants.HF_HUB_OFFLINE, True
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE = saved
 
 
 def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
