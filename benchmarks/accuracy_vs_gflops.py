@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
-from deploytk.files import atomic_file, write_atomically
+from deploytk.files import FileOutput, claim_file
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -107,7 +107,7 @@ def row_of(path: Path, report: dict, merge: dict) -> dict:
     }
 
 
-def plot(rows: list[dict], path: Path, title: str) -> None:
+def plot(rows: list[dict], out: FileOutput, title: str) -> None:
     """One marker and colour per method; learned methods (each its own fine-tuned model) hollow;
     config names only where a method has several points; the legend beside the axes."""
     import matplotlib
@@ -149,8 +149,7 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     fig.tight_layout()
-    with atomic_file(path) as tmp:
-        fig.savefig(tmp)
+    out.save_figure(fig)
     plt.close(fig)
 
 
@@ -185,6 +184,13 @@ def main(argv=None) -> int:
         print(f"error: no config matches {args.configs!r} under {ROOT}", file=sys.stderr)
         return 2
     command = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(__file__, ROOT), *(sys.argv[1:] if argv is None else argv)])
+    try:  # claimed before any work: a file deploytk did not write is refused
+        out_json, out_png = (
+            claim_file(args.output_dir / f"{STEM}{suffix}", "deploytk benchmarks/accuracy_vs_gflops.py") for suffix in (".json", ".png")
+        )
+    except DeploytkError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     rows, reports = [], []
     try:
         with tempfile.TemporaryDirectory(prefix="digits-bench-") as tmp:
@@ -223,12 +229,10 @@ def main(argv=None) -> int:
         "versions": versions(),
         "results": rows,
     }
-    args.output_dir.mkdir(parents=True, exist_ok=True)
-    out_json = args.output_dir / f"{STEM}.json"
-    write_atomically(out_json, json.dumps(result, indent=2) + "\n")
-    plot(rows, args.output_dir / f"{STEM}.png", f"digits ViT ({reports[0]['num_images']} val images): top-1 vs GFLOPs")
+    out_json.write_json(result)
+    plot(rows, out_png, f"digits ViT ({reports[0]['num_images']} val images): top-1 vs GFLOPs")
     print(markdown(rows, reports[0]["topk"]))
-    print(f"\nwrote {out_json} and {args.output_dir / f'{STEM}.png'}", file=sys.stderr)
+    print(f"\nwrote {out_json.path} and {out_png.path}", file=sys.stderr)
     return 0
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import platform
 import re
 import shlex
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from deploytk.files import write_atomically
+from deploytk.files import FileOutput, claim_file
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -88,16 +87,21 @@ def peak_bandwidth_gbs(device: str, mib: int = 1024, iterations: int = 20) -> fl
     return 2 * src.numel() * 4 / (ms / 1e3) / 1e9
 
 
-def write_result(prefix: str, payload: dict, output: Path | None) -> Path:
-    """JSON with the command and a timestamp, printed path; default benchmarks/results/<prefix>_<gpu or device>.json."""
-    env = payload["environment"]
+def result_output(prefix: str, device: str, output: Path | None) -> FileOutput:
+    """The result file, claimed before the benchmark runs (deploytk.files: a file deploytk did not write is refused);
+    default benchmarks/results/<prefix>_<gpu or device>.json."""
+    env = device_facts(device)
     where = re.sub(r"[^a-z0-9]+", "_", env.get("gpu", env["device"]).lower()).strip("_")
-    path = output or RESULTS / f"{prefix}_{where}.json"
+    return claim_file(output or RESULTS / f"{prefix}_{where}.json", f"deploytk benchmarks/{prefix}.py")
+
+
+def write_result(out: FileOutput, payload: dict) -> Path:
+    """JSON with the command and a timestamp; prints the path."""
     payload = {
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": shlex.join([Path(sys.executable).name, *sys.argv]),
         **payload,
     }
-    write_atomically(path, json.dumps(payload, indent=2) + "\n")
-    print(f"wrote {path}")
-    return path
+    out.write_json(payload)
+    print(f"wrote {out.path}")
+    return out.path

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from deploytk.config import apply_overrides, load_config  # noqa: E402
 from deploytk.export.pipeline import run_export  # noqa: E402
-from deploytk.files import write_atomically  # noqa: E402
+from deploytk.files import FileOutput, claim_file  # noqa: E402
 from deploytk.profile.profiler import profile  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -214,7 +214,7 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n\nDense p50 (median over the runs): " + "; ".join(dense) + "."
 
 
-def plot(result: dict, path: Path) -> Path | None:
+def plot(result: dict, out: FileOutput) -> Path | None:
     """Efficiency (speedup / FLOPs ratio) per method, one bar per runtime and batch, one panel per model."""
     try:
         import matplotlib
@@ -244,12 +244,9 @@ def plot(result: dict, path: Path) -> Path | None:
         ax.set_ylim(0, 1.2)
     axes[0, 0].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
-    from deploytk.files import atomic_file
-
-    with atomic_file(path) as tmp:
-        fig.savefig(tmp, dpi=110)
+    out.save_figure(fig, dpi=110)
     plt.close(fig)
-    return path
+    return out.path
 
 
 def main(argv=None) -> int:
@@ -259,16 +256,18 @@ def main(argv=None) -> int:
         return 0
     if not args.smoke and args.iterations < 10:
         raise SystemExit("--iterations must be >= 10 (medians of fewer alternating runs are too noisy on a shared machine)")
+    where = re.sub(r"[^a-z0-9]+", "_", environment()["cpu"].lower()).strip("_")
+    path = args.output or ROOT / "benchmarks" / "results" / f"cpu_runtimes_{where}.json"
+    writer = "deploytk benchmarks/cpu_runtimes.py"
+    out, picture_out = claim_file(path, writer), None if args.smoke else claim_file(path.with_suffix(".png"), writer)  # before the run
     t0 = time.perf_counter()
     result = run(args)
     result["seconds"] = round(time.perf_counter() - t0, 1)
     result["command"] = " ".join([Path(sys.executable).name, *sys.argv])
-    where = re.sub(r"[^a-z0-9]+", "_", result["environment"]["cpu"].lower()).strip("_")
-    path = args.output or ROOT / "benchmarks" / "results" / f"cpu_runtimes_{where}.json"
-    write_atomically(path, json.dumps(result, indent=2) + "\n")
+    out.write_json(result)
     print(f"wrote {path}")
-    if not args.smoke:
-        picture = plot(result, path.with_suffix(".png"))
+    if picture_out is not None:
+        picture = plot(result, picture_out)
         if picture:
             print(f"wrote {picture}")
     print(markdown(result))

@@ -33,7 +33,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import DTYPES, add_run_arguments, device_facts, median, time_ms, write_result  # noqa: E402
+from benchmarks.common import DTYPES, add_run_arguments, device_facts, median, result_output, time_ms, write_result  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -85,6 +85,7 @@ def main(argv=None) -> dict:
     else:
         device, models, batches = "cuda", args.models.split(","), [int(v) for v in args.batch.split(",")]
         args.dtype = args.dtype or "fp16"
+    out = result_output("end_to_end_latency", device, args.output)
     dtype = DTYPES[args.dtype]
     rows = []
     configs = [Path(c) for c in args.configs.split(",") if c]
@@ -117,7 +118,7 @@ def main(argv=None) -> dict:
         "iterations": args.iterations,
         "results": rows,
     }
-    write_result("end_to_end_latency", payload, args.output)
+    write_result(out, payload)
     return payload
 
 

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import DTYPES, add_run_arguments, device_facts, median, peak_bandwidth_gbs, time_ms, write_result  # noqa: E402
+from benchmarks.common import DTYPES, add_run_arguments, device_facts, median, peak_bandwidth_gbs, result_output, time_ms, write_result  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -58,6 +58,7 @@ def main(argv=None) -> dict:
         raise SystemExit("this benchmark needs a CUDA GPU (or --smoke with TRITON_INTERPRET=1 to check the script on a CPU).")
     else:
         device, args.dtype = "cuda", args.dtype or "fp16"
+    out = result_output("kernel_bandwidth", device, args.output)
     dtype = DTYPES[args.dtype]
     b, n, c, h, r = args.batch, args.tokens, args.channels, args.heads, args.r
     d, t = c // h, n - r
@@ -167,7 +168,7 @@ def main(argv=None) -> dict:
         "cases": cases,
         "merge_within_2x_of_bound": merge["x_bound"] <= 2.0,
     }
-    write_result("kernel_bandwidth", payload, args.output)
+    write_result(out, payload)
     return payload
 
 

@@ -20,7 +20,7 @@ import yaml
 from deploytk.config import DeployConfig, config_from_dict, load_config
 from deploytk.data import folder_batches, synthetic_batches
 from deploytk.errors import DeploytkError
-from deploytk.files import write_atomically
+from deploytk.files import claim_yaml
 from deploytk.models import build_reference
 from deploytk.progress import SILENT, Progress
 
@@ -106,7 +106,7 @@ def calibrate_config(
     if batch_size < 1 or num_images < 1:
         raise DeploytkError("--batch-size and --num-images must be >= 1.")
     require_atm(cfg)
-    output = Path(output) if output else config.with_name(f"{config.stem}_calibrated.yaml")
+    output = claim_yaml(Path(output) if output else config.with_name(f"{config.stem}_calibrated.yaml"), "deploytk calibrate")
     progress.step("building the model")
     model = build_reference(cfg)
     progress.step("loading calibration images")
@@ -119,5 +119,5 @@ def calibrate_config(
         source = f"synthetic: {synthetic} seeded standard-normal images"
     data, report = calibrate(cfg, batches, quantile, source, progress, model)
     header = f"# Calibrated by `deploytk calibrate {config}` ({report['statistic']}).\n"
-    write_atomically(output, header + yaml.safe_dump(data, sort_keys=False))
-    return {"output": str(output), **report}
+    output.write_yaml(header + yaml.safe_dump(data, sort_keys=False))
+    return {"output": str(output.path), **report}

@@ -17,7 +17,6 @@ that protobuf.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import shutil
 from dataclasses import dataclass
@@ -25,10 +24,10 @@ from pathlib import Path
 
 import onnx
 
-from deploytk.backends.engine_manifest import ENGINE_FILE, ENGINE_MANIFEST_FILE, onnx_mismatch, read_engine_manifest
+from deploytk.backends.engine_manifest import onnx_mismatch, read_engine_manifest
 from deploytk.errors import DeploytkError
-from deploytk.export.artifacts import Artifact
-from deploytk.files import atomic_directory
+from deploytk.export.artifacts import ENGINE_FILE, ENGINE_MANIFEST_FILE, Artifact
+from deploytk.files import DirectoryKind, claim_directory
 from deploytk.progress import SILENT, Progress
 
 CONFIG_FILE = "config.pbtxt"
@@ -55,6 +54,23 @@ TRITON_DTYPES = {
 _NAME_OK = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _ONNX_RUNTIME = {"platform": "onnxruntime_onnx", "backend": "onnxruntime", "file": "model.onnx"}
 _TENSORRT = {"platform": "tensorrt_plan", "backend": "tensorrt", "file": "model.plan"}
+#: config.pbtxt's first line: how a later `package` knows the model folder is deploytk's
+CONFIG_HEADER = "# written by `deploytk package`; Triton's model configuration (protobuf text format)"
+
+
+def _model_files(folder: Path) -> set[str] | None:
+    """The files `package` writes in a model folder, if ``folder`` is one it wrote (its config.pbtxt says so)."""
+    try:
+        with (folder / CONFIG_FILE).open() as f:
+            if f.readline().rstrip("\n") != CONFIG_HEADER:
+                return None
+    except (OSError, UnicodeDecodeError):
+        return None
+    return {CONFIG_FILE, README_FILE, *(f"{VERSION_DIR}/{r['file']}" for r in (_ONNX_RUNTIME, _TENSORRT))}
+
+
+#: a model folder in a Triton repository; an earlier one is replaced only with --force (a server may be loading it)
+TRITON_MODEL = DirectoryKind("deploytk Triton model folder", CONFIG_FILE, _model_files, replace_needs_force=True)
 
 
 @dataclass(frozen=True)
@@ -88,8 +104,7 @@ def package_triton(
     artifact = Artifact.open(directory)  # model.onnx must match its manifest's sha256
     model_name = _model_name(name, artifact.directory)
     repository = Path(repository)
-    target = repository / model_name
-    _check_target(repository, target, force)
+    target = claim_directory(repository / model_name, TRITON_MODEL, option="--triton/--name", force=force)
     inputs, outputs = _io_specs(artifact)
     engine = _engine_record(artifact)
     runtime = _TENSORRT if engine else _ONNX_RUNTIME
@@ -98,23 +113,16 @@ def package_triton(
 
     config = config_pbtxt(model_name, runtime, max_batch_size, inputs, outputs, gpu=engine is not None)
     readme = _readme(artifact, model_name, runtime, max_batch_size, inputs, outputs, engine)
-    progress.step(f"writing {target}")
-    created_repository = not repository.exists()
-    try:
-        with atomic_directory(target) as tmp:
-            (tmp / VERSION_DIR).mkdir()
-            shutil.copyfile(source, tmp / VERSION_DIR / runtime["file"])
-            (tmp / CONFIG_FILE).write_text(config)
-            (tmp / README_FILE).write_text(readme)
-    except BaseException:
-        if created_repository:
-            with contextlib.suppress(OSError):
-                repository.rmdir()  # made for this model, and empty again
-        raise
+    progress.step(f"writing {target.path}")
+    with target.write() as tmp:  # a repository made for this model goes again if the write fails
+        (tmp / VERSION_DIR).mkdir()
+        shutil.copyfile(source, tmp / VERSION_DIR / runtime["file"])
+        (tmp / CONFIG_FILE).write_text(config)
+        (tmp / README_FILE).write_text(readme)
     return {
         "repository": str(repository),
         "name": model_name,
-        "model_dir": str(target),
+        "model_dir": str(target.path),
         "artifact": str(artifact.directory),
         "backend": runtime["backend"],
         "platform": runtime["platform"],
@@ -148,19 +156,6 @@ def _model_name(name: str | None, directory: Path) -> str:
             hint=f"For example --name {sanitize_model_name(name)}.",
         )
     return name
-
-
-def _check_target(repository: Path, target: Path, force: bool) -> None:
-    if repository.exists() and not repository.is_dir():
-        raise DeploytkError(f"--triton {repository} exists and is not a directory; a model repository is a directory.")
-    if target.exists() or target.is_symlink():
-        if not target.is_dir() or target.is_symlink():
-            raise DeploytkError(f"{target} exists and is not a model directory; it was left as it is.", hint="Choose another --name.")
-        if not force:
-            raise DeploytkError(
-                f"{target} already exists; it was left as it is.",
-                hint="Pass --force to replace it (atomically), or choose another --name.",
-            )
 
 
 def _io_specs(artifact: Artifact) -> tuple[list[TensorSpec], list[TensorSpec]]:
@@ -307,7 +302,7 @@ def _max_batch_size(max_batch: int | None, engine: dict | None) -> int:
 def config_pbtxt(name: str, runtime: dict, max_batch_size: int, inputs: list[TensorSpec], outputs: list[TensorSpec], gpu: bool) -> str:
     """Triton's model configuration (ModelConfig protobuf, text format)."""
     lines = [
-        "# written by `deploytk package`; Triton's model configuration (protobuf text format)",
+        CONFIG_HEADER,
         f'name: "{name}"',
         f'platform: "{runtime["platform"]}"',
         f'backend: "{runtime["backend"]}"',

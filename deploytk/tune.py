@@ -41,7 +41,7 @@ from deploytk.evaluate.accuracy import exported_accuracy, scan_image_folder
 from deploytk.export.artifacts import Artifact
 from deploytk.export.baseline import share_baseline
 from deploytk.export.pipeline import run_export
-from deploytk.files import atomic_file, write_atomically
+from deploytk.files import FileOutput, claim_file, claim_yaml
 from deploytk.merging.merged_vit import build_merged
 from deploytk.methods import METHODS, get_method
 from deploytk.methods.atm import PRESETS
@@ -316,7 +316,8 @@ def tune(
     cfg = config_from_dict(_with(load_config(config)), str(config))  # a tuned config is tuned afresh
     backend = get_backend(backend) if isinstance(backend, str) else backend
     folder = scan_image_folder(data, limit) if data is not None else None
-    output = Path(output) if output else config.with_name(f"{config.stem}_tuned.yaml")
+    output = claim_yaml(Path(output) if output else config.with_name(f"{config.stem}_tuned.yaml"), "deploytk tune")
+    report_out, plot_out = (claim_file(output.path.with_suffix(suffix), "deploytk tune") for suffix in (".json", ".png"))
     cache = Path(cache) if cache else Path("artifacts") / "tune" / config.stem
     calibration = None
     if get_method(cfg.merge.method).tune_knob == "quantile":
@@ -352,7 +353,7 @@ def tune(
 
     search = Search(candidates, budget_ms, measure)
     outcome = search.run()
-    report = _report(config, cfg, search, backend, batch, percentile, folder, output)
+    report = _report(config, cfg, search, backend, batch, percentile, folder)
     if outcome == "ok":
         chosen = report["chosen"]
         tuned = {
@@ -373,12 +374,11 @@ def tune(
         new["merge"]["options"]["tuned"] = tuned
         config_from_dict(new, "(tuned config)")  # must load back
         header = f"# Tuned by `deploytk tune {config} --budget-ms {budget_ms:g}` ({backend.name}, batch {batch}, {percentile}).\n"
-        write_atomically(output, header + yaml.safe_dump(new, sort_keys=False))
-        report["output"] = str(output)
-    report_path = output.with_suffix(".json")
-    report["report"] = str(report_path)
-    report["plot"] = _plot(report, output.with_suffix(".png"))
-    write_atomically(report_path, json.dumps(report, indent=2) + "\n")
+        output.write_yaml(header + yaml.safe_dump(new, sort_keys=False))
+        report["output"] = str(output.path)
+    report["report"] = str(report_out.path)
+    report["plot"] = _plot(report, plot_out)
+    report_out.write_json(report)
     return report
 
 
@@ -396,7 +396,7 @@ def _export_cached(cfg: DeployConfig, directory: Path, backend: Backend, batch: 
         build_engine(directory, build_options(f"1,{batch},{batch}"), progress)
 
 
-def _report(config, cfg, search: Search, backend, batch, percentile, folder, output) -> dict:
+def _report(config, cfg, search: Search, backend, batch, percentile, folder) -> dict:
     budget = search.budget
     measured = [c for c in search.candidates if c.latencies]
     rows = [c.row(budget) for c in measured]
@@ -453,7 +453,7 @@ def _report(config, cfg, search: Search, backend, batch, percentile, folder, out
     return report
 
 
-def _plot(report: dict, path: Path) -> str | None:
+def _plot(report: dict, out: FileOutput) -> str | None:
     """Latency vs GFLOPs of every measured candidate (top-1 as colour with --data), the budget and the choice; None without matplotlib."""
     try:
         import matplotlib  # optional (the bench extra): the JSON has every number
@@ -485,7 +485,6 @@ def _plot(report: dict, path: Path) -> str | None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
-    with atomic_file(path) as tmp:
-        fig.savefig(tmp, dpi=120)
+    out.save_figure(fig, dpi=120)
     plt.close(fig)
-    return str(path)
+    return str(out.path)

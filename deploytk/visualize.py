@@ -42,6 +42,7 @@ from deploytk.data import model_input_size
 from deploytk.errors import DeploytkError
 from deploytk.export.artifacts import Artifact
 from deploytk.export.pipeline import run_export
+from deploytk.files import claim_file
 from deploytk.merging.merged_vit import MergedViT
 from deploytk.methods import get_method
 from deploytk.models import build_reference
@@ -178,7 +179,8 @@ def visualize(
     (a PNG, atomically) and return a summary (layers, tokens left, output, backend). See the module doc."""
     if colors not in COLORS:
         raise DeploytkError(f"--colors {colors!r}: allowed {', '.join(COLORS)}.")
-    if Path(output).suffix.lower() != ".png":
+    picture_out = claim_file(Path(output), "deploytk visualize")
+    if picture_out.path.suffix.lower() != ".png":
         raise DeploytkError(f"--output {output}: visualize writes a PNG; give a file name ending in .png.")
     requested = parse_layers(layers)
     require_matplotlib()
@@ -187,7 +189,7 @@ def visualize(
     chosen = choose_layers(requested, sources)
     progress.step("drawing")
     panels, titles, caption = picture(traced, chosen, colors)
-    width, height = save_figure(panels, titles, caption, Path(output))
+    width, height = save_figure(panels, titles, caption, picture_out)
     method = get_method(cfg.merge.method)
     return {
         "config": config_name,

@@ -20,7 +20,7 @@ from pathlib import Path
 from deploytk_plugins.definitions import PLUGINS
 
 from deploytk.errors import DeploytkError
-from deploytk.files import atomic_directory
+from deploytk.files import DirectoryKind, claim_directory
 from deploytk.ops import OPS
 from deploytk.ops.spec import FP32, INT64
 from deploytk.progress import SILENT, Progress
@@ -213,12 +213,29 @@ def standard_variants() -> list[KernelVariant]:
     ]
 
 
-def compile_all(arch: str, output: Path, variants: list[KernelVariant] | None = None, progress: Progress = SILENT) -> dict:
-    """Write ``<label>.ptx`` for every variant plus ``kernels.json``; all or nothing."""
+def _kernel_files(folder: Path) -> set[str] | None:
+    """kernels.json and the .ptx files it lists, if ``folder`` is an earlier `plugins compile` output."""
+    try:
+        index = json.loads((folder / KERNELS_INDEX).read_text())
+        return {KERNELS_INDEX, *(str(record["file"]) for record in index["kernels"])}
+    except (OSError, ValueError, UnicodeDecodeError, KeyError, TypeError):
+        return None
+
+
+KERNELS_INDEX = "kernels.json"
+#: `deploytk plugins compile --output DIR`
+KERNEL_SET = DirectoryKind("deploytk kernel folder", KERNELS_INDEX, _kernel_files)
+
+
+def compile_all(
+    arch: str, output: Path, variants: list[KernelVariant] | None = None, progress: Progress = SILENT, force: bool = False
+) -> dict:
+    """Write ``<label>.ptx`` for every variant plus ``kernels.json``; all or nothing (``output`` claimed first, deploytk.files)."""
     check_arch(arch)
+    target = claim_directory(Path(output), KERNEL_SET, force=force)
     variants = variants if variants is not None else standard_variants()
     records = []
-    with atomic_directory(Path(output)) as tmp:
+    with target.write() as tmp:
         for v in variants:
             progress.step(f"compiling {v.label} for {arch}")
             k = compile_variant(v, arch)
@@ -240,5 +257,5 @@ def compile_all(arch: str, output: Path, variants: list[KernelVariant] | None = 
                 }
             )
         index = {"arch": arch, "kernels": records}
-        (tmp / "kernels.json").write_text(json.dumps(index, indent=2) + "\n")
+        (tmp / KERNELS_INDEX).write_text(json.dumps(index, indent=2) + "\n")
     return index

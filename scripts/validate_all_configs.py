@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
-import json
 import shutil
 import sys
 import tempfile
@@ -26,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 from deploytk.config import load_config  # noqa: E402
 from deploytk.errors import DeploytkError  # noqa: E402
 from deploytk.export.pipeline import run_export  # noqa: E402
-from deploytk.files import write_atomically  # noqa: E402
+from deploytk.files import claim_file  # noqa: E402
 from deploytk.validate.validator import run_validation  # noqa: E402
 
 
@@ -72,6 +71,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     configs = [c for c in sorted((ROOT / "export_configs").glob("*.yaml")) if fnmatch.fnmatch(c.stem, args.configs)]
     backends = args.backends.split(",")
+    out = claim_file(args.output, "deploytk scripts/validate_all_configs.py")  # before the run: a file deploytk did not write is refused
     records, t_start = [], time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="deploytk-validate-all-") as tmp:
         for i, config in enumerate(configs, 1):
@@ -90,7 +90,7 @@ def main(argv=None) -> int:
         "failed": [f"{c} on {b}" for c, b in failed],
         "configs": records,
     }
-    write_atomically(args.output, json.dumps(result, indent=2) + "\n")
+    out.write_json(result)
     print(f"wrote {args.output}; {len(records)} configs x {len(backends)} runtimes, {len(failed)} failed")
     return 1 if failed else 0
 

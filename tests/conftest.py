@@ -118,3 +118,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
         if "trt" in item.keywords and tensorrt_version() is None:
             item.add_marker(skip_trt)
+
+
+def snapshot(root) -> dict:
+    """Every entry under ``root`` (and root itself): kind, mode, mtime and bytes; what "the file system is unchanged" means."""
+    import stat
+    from pathlib import Path
+
+    root = Path(root)
+    entries = {}
+    for path in [root, *sorted(root.rglob("*"))]:
+        st = path.lstat()
+        data = path.read_bytes() if path.is_file() and not path.is_symlink() else None
+        entries[str(path.relative_to(root))] = (stat.S_IFMT(st.st_mode), st.st_mode, st.st_mtime_ns, data)
+    return entries

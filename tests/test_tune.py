@@ -175,7 +175,11 @@ def test_tune_on_digits_picks_a_schedule_that_meets_the_budget_where_the_next_mi
     assert fits(chosen) and not fits(nxt) and nxt["r"] == chosen["r"] - 1
     assert all(row["runs_ms"] for row in report["measured"])
     assert chosen["latency_ms"] == pytest.approx(sorted(chosen["runs_ms"])[len(chosen["runs_ms"]) // 2], abs=1e-3)  # the median
-    assert report["exports"] <= 8 and Path(report["report"]).is_file() and json.loads(Path(report["report"]).read_text()) == report
+    assert (
+        report["exports"] <= 8
+        and Path(report["report"]).is_file()
+        and json.loads(Path(report["report"]).read_text()) == {"written_by": "deploytk tune", **report}
+    )
     data = yaml.safe_load((tmp / "ok.yaml").read_text())
     assert data["merge"]["r"] == chosen["r"]
     provenance = data["merge"]["options"]["tuned"]
@@ -218,7 +222,7 @@ def test_with_data_the_most_accurate_candidate_within_budget_is_chosen():
     assert all(c.accuracy for c in measured)
     cfg = SimpleNamespace(model="m", merge=SimpleNamespace(method="tome"))
     folder = SimpleNamespace(root=Path("data"))
-    report = _report("c.yaml", cfg, search, SimpleNamespace(name="ort"), 8, "p50", folder, None)
+    report = _report("c.yaml", cfg, search, SimpleNamespace(name="ort"), 8, "p50", folder)
     within = {c.label: c.accuracy["top1"] for c in measured if c.latency <= 85}
     best = max(within.values())
     # the most accurate within budget wins over the least aggressive; ties go to the less aggressive (higher FLOPs)

@@ -36,7 +36,7 @@ from timm.data import resolve_data_config
 
 from deploytk.data import load_images, timm_eval_transform
 from deploytk.errors import DeploytkError
-from deploytk.files import atomic_file
+from deploytk.files import FileOutput
 from deploytk.merging.learned import LearnedMerge
 from deploytk.merging.merged_vit import MergedViT
 
@@ -408,12 +408,9 @@ def require_matplotlib() -> None:
     _matplotlib_figure()
 
 
-def save_figure(panels: list[np.ndarray], titles: list[str], caption: str, output: Path) -> tuple[int, int]:
-    """Write the panels side by side (MAX_COLUMNS per row) with their titles and the caption to ``output`` (a PNG),
-    atomically. Returns the PNG's (width, height)."""
-    output = Path(output)
-    if output.suffix.lower() != ".png":
-        raise DeploytkError(f"--output {output}: visualize writes a PNG; give a file name ending in .png.")
+def save_figure(panels: list[np.ndarray], titles: list[str], caption: str, output: FileOutput) -> tuple[int, int]:
+    """Write the panels side by side (MAX_COLUMNS per row) with their titles and the caption to ``output`` (a claimed
+    PNG), atomically. Returns the PNG's (width, height)."""
     figure_cls = _matplotlib_figure()
     width, height = png_size(len(panels))
     cols = min(len(panels), MAX_COLUMNS)
@@ -429,6 +426,5 @@ def save_figure(panels: list[np.ndarray], titles: list[str], caption: str, outpu
         ax.set_axis_off()
     chars = int(width / DPI * 72 / CAPTION_CHAR_POINTS)  # a line of the caption fits the figure's width
     fig.text(0.5, legend_frac / 2, textwrap.fill(caption, chars), ha="center", va="center", fontsize=8)
-    with atomic_file(output) as tmp:
-        fig.savefig(tmp, dpi=DPI, format="png")
+    output.save_figure(fig, dpi=DPI)
     return width, height

@@ -13,11 +13,7 @@ from pathlib import Path
 import torch
 
 from deploytk.errors import DeploytkError
-
-ENGINE_FILE = "model.engine"
-#: the unmerged model (same weights and precision) built with the same options: profile's baseline
-BASELINE_ENGINE_FILE = "baseline.engine"
-ENGINE_MANIFEST_FILE = "engine.json"
+from deploytk.export.artifacts import ENGINE_FILE, ENGINE_MANIFEST_FILE
 
 
 def engine_manifest(

@@ -21,9 +21,9 @@ from pathlib import Path
 import torch
 
 from deploytk.backends.base import Backend, LoadedModel
-from deploytk.backends.engine_manifest import BASELINE_ENGINE_FILE, ENGINE_FILE, check_engine, gpu_identity, read_engine_manifest
+from deploytk.backends.engine_manifest import check_engine, gpu_identity, read_engine_manifest
 from deploytk.errors import DeploytkError
-from deploytk.export.artifacts import Artifact
+from deploytk.export.artifacts import BASELINE_ENGINE_FILE, ENGINE_FILE, Artifact
 from deploytk.export.manifest import sha256_file
 from deploytk.export.onnx_export import INPUT_NAME
 from deploytk.optional import require_tensorrt

@@ -23,11 +23,11 @@ from deploytk_plugins.aot import arch_of_capability, check_arch
 from deploytk_plugins.tensorrt_plugins import PLUGIN_OPS, register_plugins
 from onnx import helper
 
-from deploytk.backends.engine_manifest import BASELINE_ENGINE_FILE, ENGINE_FILE, ENGINE_MANIFEST_FILE, engine_manifest, gpu_identity
+from deploytk.backends.engine_manifest import engine_manifest, gpu_identity
 from deploytk.build.graph import check_tensorrt_supports, prepare_for_build
 from deploytk.build.options import BuildOptions
 from deploytk.errors import DeploytkError
-from deploytk.export.artifacts import MODEL_FILE, Artifact, require_artifact_dir
+from deploytk.export.artifacts import BASELINE_ENGINE_FILE, ENGINE_FILE, ENGINE_MANIFEST_FILE, MODEL_FILE, Artifact, require_artifact_dir
 from deploytk.export.baseline import baseline_onnx
 from deploytk.export.manifest import now_utc, sha256_file
 from deploytk.export.onnx_export import INPUT_NAME

@@ -10,6 +10,7 @@ object on stdout and nothing else there; progress goes to stderr.
 from __future__ import annotations
 
 import functools
+import signal
 import warnings
 from pathlib import Path
 
@@ -23,27 +24,45 @@ from deploytk.build.options import build_options
 from deploytk.calibrate import calibrate_config
 from deploytk.cli import render
 from deploytk.cli.render import RichProgress, emit_json, fail
-from deploytk.config import DEFAULT_CONFIG, load_config_with_overrides
+from deploytk.config import DEFAULT_CONFIG, default_config, load_config_with_overrides
 from deploytk.doctor import environment_report
 from deploytk.errors import DeploytkError
 from deploytk.evaluate.accuracy import evaluate, scan_image_folder
 from deploytk.export.pipeline import run_export
 from deploytk.methods import describe_methods
 from deploytk.ops.selftest import run_selftest
-from deploytk.package import package_triton
+from deploytk.package import DEFAULT_ONNX_MAX_BATCH, package_triton
 from deploytk.profile.profiler import parse_batch_sizes
 from deploytk.profile.profiler import profile as run_profile
 from deploytk.tune import PERCENTILES
 from deploytk.tune import tune as run_tune
-from deploytk.validate.validator import run_validation
+from deploytk.validate.validator import PRECISION_TOLERANCES, run_validation
 from deploytk.visualize import backend_names as visualize_backends
 from deploytk.visualize import visualize as run_visualize
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, help=__doc__.splitlines()[0])
-plugins_app = typer.Typer(no_args_is_help=True, help="TensorRT plugin kernels (AOT Triton).")
+# help texts are plain text: rich markup would eat every "[...]" in them (the per-precision defaults did vanish)
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None, help=__doc__.splitlines()[0]
+)
+plugins_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="TensorRT plugin kernels (AOT Triton).")
 app.add_typer(plugins_app, name="plugins")
 JSON = typer.Option(False, "--json", help="Print the result as one JSON object on stdout.")
 VALIDATING_BACKENDS = " | ".join(n for n, b in BACKENDS.items() if b.validates)
+
+
+CONFIG_HELP = f"Export config YAML [default: {DEFAULT_CONFIG}, found beside the package, not in the working folder]."
+
+
+def given_default_config() -> Path:
+    """No CONFIG argument: the default, said on stderr so nobody mistakes it for their own config."""
+    config = default_config()
+    render.note(f"no CONFIG given: using the default {config}")
+    return config
+
+
+def tolerance_defaults(field: str) -> str:
+    """ "[default: fp32 0.0001, fp16 0.05, bf16 0.2]" from the validator's own table."""
+    return "[default: " + ", ".join(f"{p} {getattr(t, field):g}" for p, t in PRECISION_TOLERANCES.items()) + "]"
 
 
 def handle_errors(fn):
@@ -62,7 +81,7 @@ def handle_errors(fn):
 @app.command()
 @handle_errors
 def export(
-    config: Path = typer.Argument(DEFAULT_CONFIG, help="Export config YAML."),
+    config: Path | None = typer.Argument(None, help=CONFIG_HELP, show_default=False),
     checkpoint: Path | None = typer.Option(None, help=".safetensors or .pth state_dict to load."),
     output: Path | None = typer.Option(None, help="Artifact directory (default artifacts/<config stem>/)."),
     model: str | None = typer.Option(None, help="Override `model` (a timm ViT name)."),
@@ -75,14 +94,21 @@ def export(
         help="onnx: model.onnx (deploytk ops with function bodies: ONNX Runtime, TensorRT) | onnx-inlined: also "
         "model.inlined.onnx, standard ops only (OpenVINO and other runtimes without model-local functions).",
     ),
+    force: bool = typer.Option(
+        False, "--force", help="DIR is an earlier export that also holds other files: replace the export's own files, keep the others."
+    ),
     json_out: bool = JSON,
 ):
-    """Export CONFIG to DIR/model.onnx + DIR/manifest.json (written atomically)."""
+    """Export CONFIG to DIR/model.onnx + DIR/manifest.json (written atomically).
+
+    DIR must be new, empty or an earlier export; a folder or file deploytk did not write is refused before any work.
+    """
     overrides = {"checkpoint": str(checkpoint) if checkpoint else None, "model": model, "method": method, "r": r, "precision": precision}
+    config = config or given_default_config()
     cfg = load_config_with_overrides(config, **overrides)
     output = output or Path("artifacts") / config.stem
     with RichProgress() as progress:
-        manifest = run_export(cfg, output, progress, fmt)
+        manifest = run_export(cfg, output, progress, fmt, force=force)
     render.export(cfg, output, manifest, json_out)
 
 
@@ -94,14 +120,14 @@ def validate(
     images: Path | None = typer.Option(None, help="Folder of real images (default: 64 seeded synthetic images)."),
     num_images: int = typer.Option(64, help="Images to compare."),
     batch_size: int = typer.Option(8, help="Batch size of the comparison runs."),
-    atol: float | None = typer.Option(None, help="Absolute tolerance on logits [fp32 1e-4, fp16 5e-2, bf16 0.2]."),
-    rtol: float | None = typer.Option(None, help="Relative tolerance on logits [fp32 1e-4, fp16 5e-2, bf16 0.2]."),
-    min_cosine: float | None = typer.Option(None, help="Minimum per-image cosine similarity [fp32 0.99999, fp16 0.999, bf16 0.995]."),
-    min_top1: float | None = typer.Option(None, help="Minimum top-1 agreement, a fraction [fp32 1.0, fp16 0.99, bf16 0.98]."),
+    atol: float | None = typer.Option(None, help="Absolute tolerance on logits " + tolerance_defaults("atol")),
+    rtol: float | None = typer.Option(None, help="Relative tolerance on logits " + tolerance_defaults("rtol")),
+    min_cosine: float | None = typer.Option(None, help="Minimum per-image cosine similarity " + tolerance_defaults("min_cosine")),
+    min_top1: float | None = typer.Option(None, help="Minimum top-1 agreement, a fraction " + tolerance_defaults("min_top1_agreement")),
     max_branch_flips: float | None = typer.Option(
         None,
         help="Largest fraction of images allowed to take a different matching/selection choice at a proven near-tie "
-        "[fp32 0.1, fp16/bf16 0.5].",
+        + tolerance_defaults("max_branch_flips"),
     ),
     json_out: bool = JSON,
 ):
@@ -149,14 +175,14 @@ def profile(
 @app.command()
 @handle_errors
 def inspect(
-    config: Path = typer.Argument(DEFAULT_CONFIG, help="Export config YAML."),
+    config: Path | None = typer.Argument(None, help=CONFIG_HELP, show_default=False),
     model: str | None = typer.Option(None, help="Override `model`."),
     method: str | None = typer.Option(None, help="Override `merge.method`."),
     r: str | None = typer.Option(None, "--r", help="Override `merge.r`."),
     json_out: bool = JSON,
 ):
     """Token schedule and GFLOPs (fvcore convention) per layer and in total; no weights needed."""
-    cfg = load_config_with_overrides(config, model=model, method=method, r=r)
+    cfg = load_config_with_overrides(config or given_default_config(), model=model, method=method, r=r)
     with RichProgress() as progress:
         report = inspect_config(cfg, progress)
     render.inspect(report, json_out)
@@ -315,9 +341,17 @@ def package(
     triton: Path = typer.Option(..., "--triton", help="Triton Inference Server model repository to write the model into."),
     name: str | None = typer.Option(None, help="Model name (default: the artifact directory's name, sanitised)."),
     max_batch: int | None = typer.Option(
-        None, "--max-batch", help="Triton's max_batch_size [ONNX: 8; TensorRT engine: its profile's max, which it may not exceed]."
+        None,
+        "--max-batch",
+        help=f"Triton's max_batch_size [default: ONNX {DEFAULT_ONNX_MAX_BATCH}; TensorRT engine: its profile's max, which it may "
+        "not exceed].",
     ),
-    force: bool = typer.Option(False, "--force", help="Replace an existing REPO/NAME (atomically)."),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Replace an earlier deploytk model at REPO/NAME (atomically; files deploytk did not write there are kept, and a folder "
+        "that is not deploytk's is refused even so).",
+    ),
     json_out: bool = JSON,
 ):
     """Write a Triton model repository entry: REPO/NAME/config.pbtxt, 1/model.onnx (or 1/model.plan with an engine), README.md."""
@@ -370,12 +404,17 @@ def selftest(
 @handle_errors
 def plugins_compile(
     arch: str = typer.Option(..., help=f"GPU architecture: {' | '.join(ARCHES)}."),
-    output: Path = typer.Option(..., help="Directory for the .ptx files and kernels.json (replaced atomically)."),
+    output: Path = typer.Option(
+        ..., help="Directory for the .ptx files and kernels.json (new, empty or an earlier one; replaced atomically)."
+    ),
+    force: bool = typer.Option(
+        False, "--force", help="OUTPUT is an earlier kernel folder that also holds other files: replace its own files, keep the others."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print kernels.json on stdout."),
 ):
     """Compile every plugin kernel ahead of time to PTX (no GPU needed)."""
     with RichProgress(not json_out) as progress:
-        index = compile_all(arch, output, progress=progress)
+        index = compile_all(arch, output, progress=progress, force=force)
     render.plugins_compile(arch, output, index, json_out)
 
 
@@ -390,11 +429,16 @@ def doctor(json_out: bool = JSON):
         render.doctor(report)
 
 
+def _terminated(signum, frame):
+    raise KeyboardInterrupt  # a kill (SIGTERM) cleans up like Ctrl-C: temporary folders go, nothing half-written stays
+
+
 def main():  # console-script entry point
     # fvcore's tracer and torch.onnx emit deprecation chatter that says nothing to a user
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     warnings.filterwarnings("ignore", category=UserWarning)
+    signal.signal(signal.SIGTERM, _terminated)
     app()
 
 

@@ -23,6 +23,11 @@ def fail(message: str, code: int = 2):
     raise typer.Exit(code)
 
 
+def note(message: str) -> None:
+    """A line on stderr the user should see whatever the output format (stdout stays one JSON object with --json)."""
+    err_console.print(f"[dim]note:[/] {escape(message)}")
+
+
 def emit_json(obj: dict) -> None:
     sys.stdout.write(json.dumps(obj, indent=2) + "\n")
 

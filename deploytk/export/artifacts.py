@@ -11,11 +11,36 @@ from pathlib import Path
 from deploytk.config import DeployConfig, config_from_dict
 from deploytk.errors import DeploytkError
 from deploytk.export.manifest import sha256_file
+from deploytk.files import DirectoryKind
 
 MODEL_FILE = "model.onnx"
 #: `export --format onnx-inlined`: the same graph with the deploytk functions inlined (standard ops only)
 INLINED_MODEL_FILE = "model.inlined.onnx"
 MANIFEST_FILE = "manifest.json"
+MANIFEST_FORMAT = "deploytk-artifact/1"
+#: what `deploytk build` adds: the engine, the unmerged model built the same way (profile's baseline), and engine.json
+ENGINE_FILE = "model.engine"
+BASELINE_ENGINE_FILE = "baseline.engine"
+ENGINE_MANIFEST_FILE = "engine.json"
+#: the unmerged baseline's cache (export/baseline.py): dense-<sha>.onnx files
+BASELINE_DIR = ".baseline"
+
+
+def _artifact_files(directory: Path) -> set[str] | None:
+    """The files deploytk writes in an export folder (export, build, profile's baseline cache); None if it is not one."""
+    try:
+        manifest = json.loads((directory / MANIFEST_FILE).read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
+        return None
+    baseline = directory / BASELINE_DIR
+    cached = {f"{BASELINE_DIR}/{p.name}" for p in baseline.glob("dense-*.onnx")} if baseline.is_dir() else set()
+    return {MANIFEST_FILE, MODEL_FILE, INLINED_MODEL_FILE, ENGINE_FILE, BASELINE_ENGINE_FILE, ENGINE_MANIFEST_FILE} | cached
+
+
+#: an export folder, as `deploytk export --output` claims it (deploytk.files: the rule for every output)
+EXPORT = DirectoryKind("deploytk export", MANIFEST_FILE, _artifact_files)
 
 
 def require_artifact_dir(directory: Path) -> Path:
@@ -30,7 +55,7 @@ def require_artifact_dir(directory: Path) -> Path:
         if not (directory / name).is_file():
             raise DeploytkError(
                 f"{directory} is not a deploytk artifact directory: {name} is missing.",
-                hint="Re-run `deploytk export` to write model.onnx and manifest.json there.",
+                hint="Export into a new folder with `deploytk export CONFIG --output NEW_DIR` and pass that folder.",
             )
     return directory
 

@@ -11,14 +11,12 @@ import os
 import shutil
 from pathlib import Path
 
-from deploytk.export.artifacts import Artifact
+from deploytk.export.artifacts import BASELINE_DIR, Artifact
 from deploytk.export.onnx_export import export_model
 from deploytk.files import atomic_file
 from deploytk.merging.merged_vit import MergedViT
 from deploytk.merging.precision import to_precision
 from deploytk.models import build_reference
-
-BASELINE_DIR = ".baseline"
 
 
 def dense_model(merged: MergedViT, precision: str):

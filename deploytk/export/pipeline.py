@@ -11,11 +11,11 @@ import onnx
 from deploytk.analysis.inspect import flops_summary, img_size_of, method_summary, schedule_summary
 from deploytk.config import DeployConfig, config_to_dict
 from deploytk.errors import DeploytkError
-from deploytk.export.artifacts import INLINED_MODEL_FILE, MANIFEST_FILE, MODEL_FILE
+from deploytk.export.artifacts import EXPORT, INLINED_MODEL_FILE, MANIFEST_FILE, MANIFEST_FORMAT, MODEL_FILE
 from deploytk.export.inline import inline_deploytk_functions
 from deploytk.export.manifest import now_utc, package_versions, sha256_file
 from deploytk.export.onnx_export import INPUT_NAME, IR_VERSION, OUTPUT_NAME, custom_op_counts, export_model
-from deploytk.files import atomic_directory
+from deploytk.files import claim_directory
 from deploytk.merging.precision import to_precision
 from deploytk.models import build_reference
 from deploytk.progress import SILENT, Progress
@@ -24,14 +24,17 @@ from deploytk.progress import SILENT, Progress
 FORMATS = ("onnx", "onnx-inlined")
 
 
-def run_export(cfg: DeployConfig, output: Path, progress: Progress = SILENT, fmt: str = "onnx") -> dict:
+def run_export(cfg: DeployConfig, output: Path, progress: Progress = SILENT, fmt: str = "onnx", force: bool = False) -> dict:
     """Export and return the manifest; nothing is left at ``output`` if anything fails.
 
+    ``output`` is claimed before any work (deploytk.files): a new or empty folder, or an earlier export, whose
+    own files are replaced; ``force`` keeps other files in an earlier export instead of refusing it.
     ``fmt="onnx-inlined"`` also writes ``model.inlined.onnx``: every deploytk node replaced by
     its function body (OpenVINO's reader takes no custom-domain functions), hashed in the manifest.
     """
     if fmt not in FORMATS:
         raise DeploytkError(f"--format {fmt!r} is not one of {', '.join(FORMATS)}.")
+    target = claim_directory(output, EXPORT, force=force)
     progress.step("building the PyTorch reference")
     model = build_reference(cfg)
     progress.step("counting FLOPs")
@@ -43,7 +46,7 @@ def run_export(cfg: DeployConfig, output: Path, progress: Progress = SILENT, fmt
     # a model without a head (num_classes=0: DINOv2, CLIP image towers) outputs its pooled features under the same name
     output_kind = "logits" if model.vit.num_classes else "embedding"
     output_width = int(model.vit.num_classes or model.vit.num_features)
-    with atomic_directory(output) as tmp:
+    with target.write() as tmp:
         progress.step("exporting to ONNX (torch.onnx, dynamo)")
         t0 = time.perf_counter()
         proto = export_model(model, img, cfg.export.batch_size, cfg.export.opset, tmp / MODEL_FILE)
@@ -56,7 +59,7 @@ def run_export(cfg: DeployConfig, output: Path, progress: Progress = SILENT, fmt
             inlined = {"file": INLINED_MODEL_FILE, "sha256": sha256_file(tmp / INLINED_MODEL_FILE)}
         progress.step("writing manifest")
         manifest = {
-            "format": "deploytk-artifact/1",
+            "format": MANIFEST_FORMAT,
             "created": now_utc(),
             "config": config_to_dict(cfg) | {"checkpoint": str(Path(cfg.checkpoint).resolve()) if cfg.checkpoint else None},
             "model": {

@@ -16,6 +16,7 @@ from deploytk.cli import app
 from deploytk.config import config_from_dict
 from deploytk.errors import DeploytkError
 from deploytk.export.pipeline import run_export
+from deploytk.files import claim_file
 from deploytk.methods import METHODS, get_method
 from deploytk.models import build_reference
 from deploytk.visualize import picture, trace, visualize
@@ -66,7 +67,7 @@ def test_every_method_draws_a_png_whose_panels_differ(name, digit_png, tmp_path)
     assert len(layers) >= 2 and layers[-1] == sources.reducing_blocks[-1]
     panels, titles, caption = picture(traced, layers)
     out = tmp_path / f"{name}.png"
-    assert save_figure(panels, titles, caption, out) == png_size(1 + len(layers))
+    assert save_figure(panels, titles, caption, claim_file(out, "deploytk visualize")) == png_size(1 + len(layers))
     with Image.open(out) as png:
         assert png.size == png_size(1 + len(layers))
     assert [f.name for f in tmp_path.iterdir()] == [out.name]  # nothing else (no temp file) left

@@ -1,5 +1,7 @@
 """The digits ImageFolder writer: split sizes, class counts, image format, determinism, atomicity."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from digits_fixtures import digits_tree  # noqa: F401  (fixture)
@@ -44,18 +46,22 @@ def test_images_are_rgb_upsampled_and_scaled(digits_tree):
     assert np.corrcoef(blocks.ravel(), images[i].ravel())[0, 1] > 0.95
 
 
-def test_deterministic_and_replaces_its_own_tree(tmp_path, digits_tree):
+def test_deterministic_and_replaces_its_own_tree_keeping_other_files_only_with_force(tmp_path, digits_tree):
     root, _ = digits_tree
     again = tmp_path / "again"
     write_digits_imagefolder(again, img_size=32)
     assert files_of(again) == files_of(root)
     for rel in files_of(root)[::50]:
         assert (again / rel).read_bytes() == (root / rel).read_bytes()
-    (again / "train" / "0" / "extra.png").write_bytes(b"")
     write_digits_imagefolder(again, img_size=16)  # an earlier digits tree is replaced as a whole
-    assert not (again / "train" / "0" / "extra.png").exists()
     with Image.open(next((again / "val" / "0").glob("*.png"))) as img:
         assert img.size == (16, 16)
+    (again / "train" / "0" / "extra.png").write_bytes(b"mine")
+    with pytest.raises(DeploytkError, match=r"is an earlier digits tree but also holds files deploytk did not write \(train/0/extra.png\)"):
+        write_digits_imagefolder(again, img_size=32)
+    write_digits_imagefolder(again, img_size=32, force=True)
+    assert (again / "train" / "0" / "extra.png").read_bytes() == b"mine"  # kept, not deleted
+    assert sorted(files_of(again)) == sorted([*files_of(root), Path("train/0/extra.png")])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["again"], "no temp dirs left behind"
 
 
@@ -63,7 +69,8 @@ def test_refuses_to_overwrite_a_foreign_directory(tmp_path):
     target = tmp_path / "mine"
     target.mkdir()
     (target / "keep.txt").write_text("x")
-    with pytest.raises(DeploytkError, match="refusing to overwrite"):
-        write_digits_imagefolder(target)
+    for force in (False, True):
+        with pytest.raises(DeploytkError, match=r"is a folder holding files deploytk did not write \(keep.txt\); it is not a digits tree"):
+            write_digits_imagefolder(target, force=force)
     assert sorted(p.name for p in target.iterdir()) == ["keep.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]

@@ -237,13 +237,22 @@ def test_bad_input_is_refused_and_nothing_is_written(artifact, tmp_path, case, r
     assert repo.exists() == repo_exists
 
 
-def test_an_existing_model_is_replaced_only_with_force(artifact, tmp_path):
+def test_an_earlier_model_is_replaced_only_with_force_and_a_user_s_folder_never(artifact, tmp_path):
     repo = tmp_path / "repo"
-    (repo / "digits" / "1").mkdir(parents=True)
-    (repo / "digits" / "config.pbtxt").write_text("mine\n")
+    (repo / "mine" / "1").mkdir(parents=True)
+    (repo / "mine" / "config.pbtxt").write_text("mine\n")  # another tool's model folder
+    for force in ([], ["--force"]):
+        result = invoke(artifact, "--triton", repo, "--name", "mine", *force)
+        assert result.exit_code == 2 and "is a folder holding files deploytk did not write (config.pbtxt)" in " ".join(
+            result.output.split()
+        )
+    assert (repo / "mine" / "config.pbtxt").read_text() == "mine\n"
+    assert invoke(artifact, "--triton", repo, "--name", "digits").exit_code == 0
     result = invoke(artifact, "--triton", repo, "--name", "digits")
-    assert result.exit_code == 2 and "already exists" in result.output and "--force" in result.output
-    assert (repo / "digits" / "config.pbtxt").read_text() == "mine\n" and files_under(repo) == ["digits", "digits/1", "digits/config.pbtxt"]
+    assert result.exit_code == 2 and "already exists (an earlier deploytk Triton model folder)" in " ".join(result.output.split())
+    assert "--force" in result.output
+    (repo / "digits" / "notes.txt").write_text("mine")
     assert invoke(artifact, "--triton", repo, "--name", "digits", "--force").exit_code == 0
     assert parse_config(repo / "digits").name == "digits"
-    assert files_under(repo) == ["digits", "digits/1", "digits/1/model.onnx", "digits/README.md", "digits/config.pbtxt"]
+    assert files_under(repo / "digits") == ["1", "1/model.onnx", "README.md", "config.pbtxt", "notes.txt"]
+    assert (repo / "digits" / "notes.txt").read_text() == "mine"

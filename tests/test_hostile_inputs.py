@@ -1,0 +1,274 @@
+"""Hostile inputs for every command: paths, files, images, configs.
+
+Each refusal is checked for its text, exit code 2, and that the file system is unchanged (a
+snapshot of the working folder, which holds the target and its parent, before and after).
+Refusals of an output path must come before any work: the configs here name a checkpoint that
+does not exist, so a command that started work would fail on the checkpoint instead.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from conftest import snapshot
+from PIL import Image
+from typer.testing import CliRunner
+
+from deploytk.cli import app
+from deploytk.export.pipeline import run_export
+
+ROOT = Path(__file__).resolve().parents[1]
+DIGITS = ROOT / "export_configs" / "digits_vit_tome_r4.yaml"
+runner = CliRunner()
+
+
+def config_text(stem: str = "digits_vit_tome_r4", **changes) -> str:
+    data = yaml.safe_load((ROOT / "export_configs" / f"{stem}.yaml").read_text())
+    data["checkpoint"] = str(ROOT / data["checkpoint"])
+    for key, value in changes.items():
+        data[key] = value
+    return "# test config\n" + yaml.safe_dump(data)
+
+
+@pytest.fixture(scope="module")
+def configs(tmp_path_factory):
+    """Configs outside the working folder: real weights, and ones whose checkpoint does not exist."""
+    folder = tmp_path_factory.mktemp("configs")
+    (folder / "digits.yaml").write_text(config_text())
+    (folder / "no_weights.yaml").write_text(config_text(checkpoint="/nonexistent/weights.safetensors"))
+    (folder / "atm_no_weights.yaml").write_text(config_text("digits_vit_atm", checkpoint="/nonexistent/weights.safetensors"))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory, configs):
+    from deploytk.config import load_config
+
+    out = tmp_path_factory.mktemp("art") / "digits"
+    run_export(load_config(configs / "digits.yaml"), out)
+    return out
+
+
+@pytest.fixture
+def work(tmp_path, monkeypatch):
+    """The working folder: a user's folder of files, a user's file, a file used as a parent."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mydata").mkdir()
+    (tmp_path / "mydata" / "notes.txt").write_text("my notes")
+    (tmp_path / "mydata" / "img1.jpg").write_bytes(b"\xff\xd8\xff")
+    (tmp_path / "out_is_file").write_text("mine")
+    (tmp_path / "afile").write_text("mine")
+    return tmp_path
+
+
+def refused(args, match: str, root: Path) -> str:
+    before = snapshot(root)
+    result = runner.invoke(app, [str(a) for a in args])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and match in text, result.output
+    assert snapshot(root) == before, "a refused command changed the file system"
+    return text
+
+
+# every command that writes: (its arguments with the output path last or marked OUT, directory output?)
+WRITERS = {
+    "export": (lambda c, a: ["export", c / "no_weights.yaml", "--output", "OUT"], True),
+    "export --force": (lambda c, a: ["export", c / "no_weights.yaml", "--output", "OUT", "--force"], True),
+    "calibrate": (lambda c, a: ["calibrate", c / "atm_no_weights.yaml", "--synthetic", "4", "--output", "OUT"], False),
+    "tune": (lambda c, a: ["tune", c / "no_weights.yaml", "--budget-ms", "5", "--output", "OUT"], False),
+    "visualize": (lambda c, a: ["visualize", c / "no_weights.yaml", "--image", c / "missing.png", "--output", "OUT"], False),
+    "package": (lambda c, a: ["package", a, "--triton", "OUT", "--name", "m"], True),
+    "package --force": (lambda c, a: ["package", a, "--triton", "OUT", "--name", "m", "--force"], True),
+    "plugins compile": (lambda c, a: ["plugins", "compile", "--arch", "sm_90", "--output", "OUT"], True),
+}
+
+
+def writer_args(name, configs, artifact, out: str) -> list:
+    args, _ = WRITERS[name]
+    return [out if a == "OUT" else a for a in args(configs, artifact)]
+
+
+def file_name(name: str, target: str) -> str:
+    """File-writing commands get the name with their suffix where the test is not about the name itself."""
+    suffix = {"calibrate": ".yaml", "tune": ".yaml", "visualize": ".png"}.get(name)
+    return target if suffix is None or target in (".", "..", "/") else target + suffix
+
+
+@pytest.mark.parametrize("name", list(WRITERS))
+def test_a_folder_of_the_user_s_files_is_refused(name, work, configs, artifact):
+    is_dir = WRITERS[name][1]
+    if name.startswith("package"):  # the model folder is REPO/NAME: the user's folder is the model folder
+        (work / "repo" / "m").mkdir(parents=True)
+        (work / "repo" / "m" / "notes.txt").write_text("mine")
+        refused(writer_args(name, configs, artifact, "repo"), "is a folder holding files deploytk did not write (notes.txt)", work)
+        return
+    match = "is a folder holding files deploytk did not write (img1.jpg, notes.txt)" if is_dir else "is a folder; deploytk"
+    refused(writer_args(name, configs, artifact, "mydata"), match, work)
+
+
+@pytest.mark.parametrize("name", list(WRITERS))
+def test_a_user_s_file_at_the_output_path_is_refused(name, work, configs, artifact):
+    is_dir = WRITERS[name][1]
+    if name.startswith("package"):
+        refused(writer_args(name, configs, artifact, "out_is_file"), "out_is_file is a file, not a folder", work)  # REPO is a file
+        return
+    target = file_name(name, "out_is_file")
+    if not is_dir:
+        (work / target).write_text("mine")
+    match = "is a file, not a deploytk" if is_dir else "exists and was not written by deploytk; it was left as it is"
+    refused(writer_args(name, configs, artifact, target), match, work)
+
+
+PATHS = [
+    (".", "names the working folder or one of its parents"),
+    ("..", "names the working folder or one of its parents"),
+    ("/", "names the root folder"),
+    ("afile/sub", "afile is a file, not a folder, so nothing can be written under it"),
+    ("/proc/deploytk-out/x", "cannot write in /proc"),
+]
+
+
+@pytest.mark.parametrize(
+    "name, target, match",
+    # package writes REPO/NAME, a folder of its own under any repository folder, "." included
+    [(n, t, m) for n in WRITERS for t, m in PATHS if not (n.startswith("package") and t in (".", "..", "/"))],
+)
+def test_paths_no_output_may_take_are_refused_before_any_work(name, target, match, work, configs, artifact):
+    refused(writer_args(name, configs, artifact, file_name(name, target)), match, work)
+
+
+def test_export_over_an_earlier_export_replaces_only_its_own_files(work, configs):
+    out = work / "art"
+    assert runner.invoke(app, ["export", str(configs / "digits.yaml"), "--output", str(out)]).exit_code == 0
+    (out / ".baseline").mkdir()
+    (out / ".baseline" / "dense-0123456789abcdef.onnx").write_text("profile's cache of the earlier export")
+    assert runner.invoke(app, ["export", str(configs / "digits.yaml"), "--output", str(out)]).exit_code == 0  # a plain rerun
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "model.onnx"]  # the stale cache (deploytk's) is gone
+    (out / "notes.txt").write_text("mine")
+    refused(
+        ["export", configs / "digits.yaml", "--output", out],
+        "is an earlier deploytk export but also holds files deploytk did not write (notes.txt); it was left as it is",
+        work,
+    )
+    assert runner.invoke(app, ["export", str(configs / "digits.yaml"), "--output", str(out), "--force"]).exit_code == 0
+    assert (out / "notes.txt").read_text() == "mine" and sorted(p.name for p in out.iterdir()) == [
+        "manifest.json",
+        "model.onnx",
+        "notes.txt",
+    ]
+    assert runner.invoke(app, ["validate", str(out), "--num-images", "8"]).exit_code == 0
+    assert sorted(p.name for p in work.iterdir()) == ["afile", "art", "mydata", "out_is_file"], "no temp folders left"
+
+
+def test_reading_commands_refuse_a_folder_that_is_not_an_export_without_advice_that_would_wipe_it(work):
+    for command in (["validate", "mydata"], ["profile", "mydata"], ["package", "mydata", "--triton", "repo"]):
+        text = refused(command, "mydata is not a deploytk artifact directory: model.onnx is missing", work)
+        assert "deploytk export CONFIG --output NEW_DIR" in text
+
+
+def test_an_unreadable_image_is_named_and_nothing_is_written(work, artifact, configs):
+    images = work / "images"
+    images.mkdir()
+    Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(images / "a.png")
+    (images / "b.png").write_text("not an image")
+    refused(["validate", artifact, "--images", images], f"image {images / 'b.png'} could not be read", work)
+    for digit in range(10):  # the digits model has 10 classes
+        (work / "data" / str(digit)).mkdir(parents=True)
+        Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(work / "data" / str(digit) / "a.png")
+    (work / "data" / "0" / "x.png").write_text("not an image")
+    refused(["eval", configs / "digits.yaml", "--data", work / "data"], "x.png could not be read", work)
+
+
+def test_validate_reads_a_16_bit_image_faithfully(work, artifact):
+    """The 16-bit PNG goes through the same reader as every other command (tests/test_images.py compares the pixels)."""
+    images = work / "images16"
+    images.mkdir()
+    Image.fromarray(np.random.default_rng(0).integers(0, 65536, (32, 32), dtype=np.uint16)).save(images / "a.png")
+    result = runner.invoke(app, ["validate", str(artifact), "--images", str(images), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["num_images"] == 1
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n"], ids=["empty", "comments only"])
+def test_an_empty_config_is_an_error_not_the_defaults(text, work):
+    (work / "empty.yaml").write_text(text)
+    for command in ("export", "inspect"):
+        refused([command, work / "empty.yaml"], f"config {work / 'empty.yaml'} is empty: it names no model or merge method", work)
+
+
+def test_an_image_size_that_is_not_a_multiple_of_the_patch_is_refused(work, configs):
+    (work / "odd.yaml").write_text("model: deit_tiny_patch16_224\nmerge: {method: tome, r: 8}\nexport: {img_size: 250}\n")
+    refused(
+        ["inspect", work / "odd.yaml"],
+        "`export.img_size` = 250 is not a multiple of deit_tiny_patch16_224's patch size 16: timm's patch embedding "
+        "(a Conv2d with stride 16, no padding) would drop the last 10 pixel rows and columns of every image without a word. "
+        "Use 240 or 256.",
+        work,
+    )
+
+
+def test_the_default_config_is_found_beside_the_package_from_any_folder(work):
+    result = runner.invoke(app, ["inspect", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["gflops"] > 0
+    assert "no CONFIG given: using the default" in result.stderr and "deit_small_tome_r16.yaml" in result.stderr
+
+
+def test_offline_pretrained_fails_fast_with_the_hint(work, monkeypatch):
+    import deploytk.models as models
+
+    monkeypatch.setattr(models, "_hub_reachable", lambda timeout_s=3.0: False)  # as on a machine without network
+    (work / "pre.yaml").write_text("model: deit_tiny_patch16_224\npretrained: true\nmerge: {method: tome, r: 8}\n")
+    refused(
+        ["export", work / "pre.yaml", "--output", work / "pre_out"],
+        "the Hugging Face Hub cannot be reached from this machine and they are not in the local cache. Offline, pass the "
+        "weights with --checkpoint",
+        work,
+    )
+
+
+def test_help_texts_keep_every_word_and_show_the_per_precision_defaults():
+    import typer.main
+
+    from deploytk.validate.validator import PRECISION_TOLERANCES
+
+    result = runner.invoke(app, ["validate", "--help"], env={"COLUMNS": "200"})
+    text = " ".join(result.output.split())
+    expected = ", ".join(f"{p} {t.atol:g}" for p, t in PRECISION_TOLERANCES.items())
+    assert f"Absolute tolerance on logits [default: {expected}]" in text
+    group = typer.main.get_group(app)
+    for name, command in {**group.commands, **group.commands["plugins"].commands}.items():
+        if name == "plugins":
+            continue
+        args = ["plugins", name, "--help"] if name in group.commands["plugins"].commands else [name, "--help"]
+        shown = "".join(runner.invoke(app, args, env={"COLUMNS": "200"}).output.split())  # click wraps after a hyphen too
+        for param in command.params:
+            if param.help:
+                assert "".join(param.help.split()) in shown, f"{name} {param.name}: help text not shown whole"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["Ctrl-C", "kill"])
+def test_an_interrupted_export_leaves_nothing_behind(tmp_path, sig):
+    """The export of DeiT-Ti takes seconds while its temporary folder exists; interrupted then, nothing may stay. If the
+    export finished before the signal (a fast machine), it must have finished whole: the verdict does not hang on timing."""
+    out = tmp_path / "art"
+    cli = Path(sys.executable).with_name("deploytk")
+    proc = subprocess.Popen([str(cli), "export", str(ROOT / "export_configs" / "deit_tiny_tome_r8.yaml"), "--output", str(out)])
+    while proc.poll() is None and not any(p.name.startswith(".art.tmp-") for p in tmp_path.iterdir()):
+        time.sleep(0.01)
+    if proc.poll() is None:
+        os.kill(proc.pid, sig)
+    code = proc.wait(timeout=600)
+    if code == 0:
+        assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "model.onnx"]
+    else:
+        assert code == 130, code
+        assert list(tmp_path.iterdir()) == [], "an interrupted export left files behind"
