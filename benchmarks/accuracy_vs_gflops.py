@@ -170,13 +170,15 @@ def markdown(rows: list[dict], k: int) -> str:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    import torch
     from rich.console import Console
 
     from deploytk.cli.render import RichProgress
     from deploytk.config import load_config
     from deploytk.errors import DeploytkError
-    from deploytk.evaluate.accuracy import device_info, evaluate
+    from deploytk.evaluate.accuracy import evaluate
     from deploytk.evaluate.digits import write_digits_imagefolder
+    from deploytk.machine import host
 
     console = Console(stderr=True, highlight=False)
     configs = sorted(ROOT.glob(args.configs))
@@ -225,7 +227,11 @@ def main(argv=None) -> int:
             "batch_size": args.batch_size,
             "one_image_is_percentage_points": round(100 / reports[0]["num_images"], 4),
         },
-        "device": device_info(),
+        "device": {
+            **host(),
+            "torch_threads": torch.get_num_threads(),
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        },
         "versions": versions(),
         "results": rows,
     }

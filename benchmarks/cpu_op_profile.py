@@ -115,10 +115,17 @@ def proto_img_size(proto: onnx.ModelProto) -> tuple[int, int]:
     return dims[2].dim_value, dims[3].dim_value
 
 
+#: --runtime: each runtime's own per-node profiler (ONNX Runtime's profiling JSON, OpenVINO's performance counters)
+PROFILERS = {
+    "ort": profile_ort,
+    "openvino": lambda path, batch, iterations: profile_openvino(onnx.load(str(path)), batch, iterations),
+}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("artifact", type=Path, help="Directory written by `deploytk export` (fp32).")
-    p.add_argument("--runtime", choices=["ort", "openvino"], default="ort")
+    p.add_argument("--runtime", choices=list(PROFILERS), default="ort")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--iterations", type=int, default=10)
     p.add_argument("--json", action="store_true", help="Print the groups as JSON.")
@@ -127,10 +134,7 @@ def main(argv=None) -> int:
     paths = {"merged": artifact.onnx_path, "dense": baseline_onnx(artifact)}
     table = {}
     for name, path in paths.items():
-        if args.runtime == "ort":
-            table[name] = profile_ort(path, args.batch, args.iterations)
-        else:
-            table[name] = profile_openvino(onnx.load(str(path)), args.batch, args.iterations)
+        table[name] = PROFILERS[args.runtime](path, args.batch, args.iterations)
     if args.json:
         print(json.dumps({"artifact": str(args.artifact), "runtime": args.runtime, "batch": args.batch, "ms": table}, indent=2))
         return 0

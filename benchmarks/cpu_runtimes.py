@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import re
 import shutil
 import sys
@@ -101,28 +99,10 @@ def jobs(args) -> list[tuple[str, str, Path]]:
 
 
 def environment() -> dict:
-    from importlib import metadata
+    from deploytk.export.manifest import package_versions
+    from deploytk.machine import host
 
-    cpu = platform.processor()
-    try:
-        names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")]
-        cpu = names[0] if names else cpu
-    except OSError:
-        pass
-    versions = {}
-    for name in ("torch", "timm", "onnx", "onnxruntime", "openvino"):
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
-    return {
-        "cpu": cpu,
-        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "machine": platform.machine(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "versions": versions,
-    }
+    return {**host(), "versions": package_versions()}
 
 
 def run(args) -> dict:

@@ -18,7 +18,7 @@ import torch
 import yaml
 
 from deploytk.config import DeployConfig, config_from_dict, load_config
-from deploytk.data import folder_batches, synthetic_batches
+from deploytk.data import folder_batches, model_input_size, synthetic_batches
 from deploytk.errors import DeploytkError
 from deploytk.files import claim_yaml
 from deploytk.models import build_reference
@@ -114,8 +114,7 @@ def calibrate_config(
         batches = folder_batches(images, num_images, batch_size, model.vit)
         source = f"images: {images}"
     else:
-        img = cfg.export.img_size or 224
-        batches = synthetic_batches(synthetic, batch_size, (img, img))
+        batches = synthetic_batches(synthetic, batch_size, model_input_size(model.vit))  # export.img_size: null is the model's own
         source = f"synthetic: {synthetic} seeded standard-normal images"
     data, report = calibrate(cfg, batches, quantile, source, progress, model)
     header = f"# Calibrated by `deploytk calibrate {config}` ({report['statistic']}).\n"

@@ -56,7 +56,8 @@ class MergeConfig(_Strict):
 class ExportSettings(_Strict):
     batch_size: StrictInt = Field(default=8, ge=1)
     img_size: StrictInt | None = Field(default=224, ge=16)
-    opset: StrictInt = Field(default=18, ge=18, le=21)
+    #: the one opset deploytk exports and tests (`build --attention-impl native` raises it to 23 itself, op by op)
+    opset: Literal[18] = 18
     precision: Literal["fp32", "fp16", "bf16"] = "fp32"
 
 
@@ -81,7 +82,7 @@ _ALLOWED = {
     "r": "a non-negative int, a list of non-negative ints (one per block) or {r: INT, inflection: FLOAT}",
     "method": "a registered method name (see `deploytk methods`)",
     "precision": "fp32, fp16 or bf16",
-    "opset": "an int from 18 to 21",
+    "opset": "18, the opset deploytk exports and tests (TensorRT's native attention raises it to 23 at build time)",
     "batch_size": "an int >= 1",
     "img_size": "an int >= 16 or null (the model's default)",
 }

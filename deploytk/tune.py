@@ -35,7 +35,7 @@ from deploytk.build.builder import build_engine
 from deploytk.build.options import build_options
 from deploytk.calibrate import atm_r_samples, calibrate
 from deploytk.config import DeployConfig, config_from_dict, config_to_dict, load_config
-from deploytk.data import folder_batches, synthetic_batches
+from deploytk.data import folder_batches, model_input_size, synthetic_batches
 from deploytk.errors import DeploytkError
 from deploytk.evaluate.accuracy import exported_accuracy, scan_image_folder
 from deploytk.export.artifacts import Artifact
@@ -46,10 +46,10 @@ from deploytk.merging.merged_vit import build_merged
 from deploytk.methods import METHODS, get_method
 from deploytk.methods.atm import PRESETS
 from deploytk.models import build_reference, create_vit
-from deploytk.profile.profiler import profile
+from deploytk.profile.profiler import MIN_SAMPLES, profile
 from deploytk.progress import SILENT, Progress
 
-PERCENTILES = ("p50", "p90", "p99")
+PERCENTILES = tuple(MIN_SAMPLES)
 #: keep rates tried for the keep-rate methods (identical schedules are tried once)
 KEEP_RATES = [round(0.05 * k, 2) for k in range(2, 20)]
 #: quantiles of ATM's calibration run tried (identical schedules are tried once)
@@ -289,6 +289,13 @@ class Search:
         self.outcome = "ok"
         return self.outcome
 
+    def measure_the_rest_within(self) -> None:
+        """Measure every candidate more aggressive than the boundary that the bisection skipped (``--data``: "the most
+        accurate within budget" then compares every candidate that meets it, not the few the search happened to visit)."""
+        for i in range(self.boundary[1] + 1, len(self.candidates)):
+            if not self.candidates[i].latencies:
+                self._run(i)
+
 
 def tune(
     config: Path,
@@ -313,6 +320,12 @@ def tune(
         raise DeploytkError("--batch and --iterations must be >= 1 and --warmup >= 0.")
     if percentile not in PERCENTILES:
         raise DeploytkError(f"--percentile {percentile!r} is not one of {', '.join(PERCENTILES)}.")
+    if iterations < MIN_SAMPLES[percentile]:
+        raise DeploytkError(
+            f"--percentile {percentile} needs at least {MIN_SAMPLES[percentile]} timed runs per candidate; with --iterations "
+            f"{iterations} it would be the slowest run, not a {percentile}.",
+            hint=f"Pass --iterations {MIN_SAMPLES[percentile]} or more (each candidate then takes longer to measure).",
+        )
     cfg = config_from_dict(_with(load_config(config)), str(config))  # a tuned config is tuned afresh
     backend = get_backend(backend) if isinstance(backend, str) else backend
     folder = scan_image_folder(data, limit) if data is not None else None
@@ -322,12 +335,11 @@ def tune(
     calibration = None
     if get_method(cfg.merge.method).tune_knob == "quantile":
         progress.step("loading ATM's calibration images")
+        vit = create_vit(cfg.model_copy(update={"checkpoint": None, "pretrained": False}))  # its input size, its transform
         if data is not None:
-            vit = create_vit(cfg.model_copy(update={"checkpoint": None, "pretrained": False}))
             calibration = (folder_batches(data, 64, 16, vit), f"images: {data}")
         else:
-            img = cfg.export.img_size or 224
-            calibration = (synthetic_batches(64, 16, (img, img)), "synthetic: 64 seeded standard-normal images")
+            calibration = (synthetic_batches(64, 16, model_input_size(vit)), "synthetic: 64 seeded standard-normal images")
     candidates = candidates_for(cfg, inflections, calibration, progress)
     if not candidates:
         raise DeploytkError(f"{config}: no schedule of {cfg.merge.method} reduces any token on {cfg.model}; nothing to tune.")
@@ -353,6 +365,8 @@ def tune(
 
     search = Search(candidates, budget_ms, measure)
     outcome = search.run()
+    if outcome == "ok" and folder is not None:
+        search.measure_the_rest_within()
     report = _report(config, cfg, search, backend, batch, percentile, folder)
     if outcome == "ok":
         chosen = report["chosen"]
@@ -392,7 +406,7 @@ def _export_cached(cfg: DeployConfig, directory: Path, backend: Backend, batch: 
                 f"tune cache {directory} holds an unreadable export (interrupted?).", hint=f"Remove it: rm -r {directory}"
             ) from None
         run_export(cfg, directory, progress)
-    if backend.name == "trt" and not (directory / "model.engine").is_file():
+    if backend.needs_build(directory):
         build_engine(directory, build_options(f"1,{batch},{batch}"), progress)
 
 

@@ -1,7 +1,7 @@
 """`deploytk visualize`: draw where every patch of an image went, block by block, from PyTorch's or a runtime's choices.
 
 The PyTorch reference is run with source tracking (``deploytk.analysis.visualize``). With
-``backend="torch"`` its own choices are drawn. With a runtime (``ort``, ``ort-cuda``,
+``backend="reference"`` its own choices are drawn. With a runtime (``ort``, ``ort-cuda``,
 ``openvino``) the config is exported (or ``artifacts`` is read), the ``dest`` output of every
 deploytk matching/selection node becomes an extra graph output (in memory), the runtime runs the
 image, and its choices replace the reference's in the same source maps: the picture shows what
@@ -50,7 +50,8 @@ from deploytk.ops import DOMAIN, MATCHING_OPS, OPS
 from deploytk.progress import SILENT, Progress
 
 #: the PyTorch reference's own choices
-REFERENCE = "torch"
+#: --backend value that draws the PyTorch reference's own choices (not a runtime: TorchBackend's "torch" runs the export's ops)
+REFERENCE = "reference"
 
 
 def backend_names() -> list[str]:
@@ -122,7 +123,9 @@ def trace(
     if backend not in backend_names():
         raise DeploytkError(f"--backend {backend!r}: allowed {', '.join(backend_names())}.")
     if artifacts is not None and backend == REFERENCE:
-        raise DeploytkError("--artifacts is read by a runtime (--backend ort, ...); the torch backend draws the PyTorch reference.")
+        raise DeploytkError(
+            "--artifacts is read by a runtime (--backend ort, ...); --backend reference draws the PyTorch reference's own choices."
+        )
     require_image_file(image)
     artifact = Artifact.open(Path(artifacts)) if artifacts is not None else None
     progress.step("building the PyTorch reference")

@@ -165,3 +165,8 @@ def test_validate_and_profile_on_tensorrt_fail_cleanly_without_tensorrt(tmp_path
         assert f"{command[0]} --backend trt needs TensorRT, which is not installed" in result.output
         assert "pip install tensorrt" in result.output and "Traceback" not in result.output
     assert sorted(p.name for p in art.iterdir()) == before  # nothing written
+
+
+def test_an_opset_deploytk_does_not_export_is_refused(tmp_path):
+    cfg = write_config(tmp_path, "model: deit_tiny_patch16_224\nexport:\n  opset: 21\n")
+    export_fails(tmp_path, cfg, match="`export.opset` = 21: Input should be 18; allowed: 18, the opset deploytk exports and tests")

@@ -51,6 +51,18 @@ def test_bisection_finds_the_least_aggressive_candidate_within_budget(n):
         assert len(set(calls)) <= 1 + math.ceil(math.log2(n + 1)) and search.runs <= len(set(calls)) + 2
 
 
+def test_with_data_every_candidate_within_budget_is_measured_not_only_those_the_bisection_visited():
+    latencies = [100 - 3 * i for i in range(20)]
+    search, calls = fake_search(latencies, 80, dense=110)
+    assert search.run() == "ok"
+    hi = search.boundary[1]
+    skipped = [i for i in range(hi + 1, 20) if not search.candidates[i].latencies]
+    assert skipped, "the bisection alone leaves candidates within budget unmeasured"
+    search.measure_the_rest_within()
+    assert all(search.candidates[i].latencies for i in range(hi, 20))
+    assert search.boundary[1] == hi
+
+
 def test_a_remeasurement_that_misses_moves_the_boundary():
     latencies = [100, 90, 80, 70, 60, 50, 40, 30]
     # candidate 3 (70 ms) first runs at 64 ms and is chosen under 65 ms; its second run (72 ms) makes its median 68 ms
@@ -126,6 +138,8 @@ def test_untunable_methods_and_bad_options_are_refused_with_the_reason():
         ({"budget_ms": 0}, "positive number"),
         ({"budget_ms": 5, "percentile": "p95"}, "not one of p50, p90"),
         ({"budget_ms": 5, "batch": 0}, "--batch and --iterations must be >= 1 and --warmup >= 0"),
+        ({"budget_ms": 5, "percentile": "p99"}, "--percentile p99 needs at least 100 timed runs per candidate; with --iterations 10"),
+        ({"budget_ms": 5, "percentile": "p90", "iterations": 5}, "--percentile p90 needs at least 10 timed runs"),
     ):
         with pytest.raises(DeploytkError, match=message):
             tune(TOME, **kwargs)

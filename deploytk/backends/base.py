@@ -8,12 +8,11 @@ TF32 off on CUDA, TensorRT's engine checks) live in its backend and nowhere else
 
 from __future__ import annotations
 
-import os
-import platform
 import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -23,6 +22,7 @@ from polygraphy.common import TensorMetadata
 
 from deploytk.export.artifacts import Artifact
 from deploytk.export.onnx_export import INPUT_NAME
+from deploytk.machine import host
 from deploytk.progress import SILENT, Progress
 
 
@@ -55,6 +55,8 @@ class Backend(ABC):
     """One runtime. ``name`` is what ``--backend`` takes."""
 
     name: str = ""
+    #: what reports call it ("ONNX Runtime", "TensorRT")
+    display_name: str = ""
     #: how ``profile`` times it (reported with the latencies)
     timing: str = "host clock around a synchronous run"
     #: True: it runs an ONNX graph it is handed (validate adds probe outputs to it); False: a built engine
@@ -65,6 +67,10 @@ class Backend(ABC):
     @abstractmethod
     def device(self) -> str:
         """Where it computes here: "cuda" or "cpu"."""
+
+    def needs_build(self, directory: Path) -> bool:
+        """Whether the export at ``directory`` needs a build step (`deploytk build`) before this backend can time it."""
+        return False
 
     def graph(self, artifact: Artifact) -> tuple[onnx.ModelProto, str | None]:
         """The ONNX graph this backend runs for ``artifact`` (and how it emulates it, if it does); ``runs_onnx`` backends only."""
@@ -83,20 +89,7 @@ class Backend(ABC):
     def describe(self) -> dict:
         """The machine, and the GPU only when the backend ran on it (``device``: cuda or cpu)."""
         device = self.device()
-        info = {
-            "backend": self.name,
-            "device": device,
-            "machine": platform.machine(),
-            "cpu_count": os.cpu_count(),
-            "processor": platform.processor(),
-        }
-        try:
-            with open("/proc/cpuinfo") as f:
-                names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-            if names:
-                info["cpu"] = names[0]
-        except OSError:
-            pass
+        info = {"backend": self.name, "device": device, **host()}
         if device == "cuda" and torch.cuda.is_available():
             info["gpu"] = torch.cuda.get_device_name(0)
         return info

@@ -120,6 +120,7 @@ class OpenVinoModel(LoadedModel):
 
 class OpenVinoBackend(Backend):
     name = "openvino"
+    display_name = "OpenVINO"
     timing = "host clock around a synchronous infer() of a model compiled for that batch size"
 
     def device(self) -> str:
@@ -132,9 +133,10 @@ class OpenVinoBackend(Backend):
         return openvino.Core()
 
     def graph(self, artifact: Artifact) -> tuple[onnx.ModelProto, str | None]:
-        # the function-bodied graph (validate adds its probe outputs to the deploytk nodes); load() inlines it
+        # what a user deploys: model.inlined.onnx when the export wrote one (checked against the manifest's sha256);
+        # else the function-bodied graph, which load() inlines in memory
         self.core()  # a missing OpenVINO is refused before any work
-        return onnx.load(str(artifact.onnx_path)), None
+        return onnx.load(str(artifact.inlined_path or artifact.onnx_path)), None
 
     def settings(self, precision_hint: str) -> dict:
         return {"PERFORMANCE_HINT": PERFORMANCE_HINT, "INFERENCE_NUM_THREADS": cpu_threads(), "INFERENCE_PRECISION_HINT": precision_hint}

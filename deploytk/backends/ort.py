@@ -80,6 +80,7 @@ class OrtModel(LoadedModel):
 class OrtBackend(Backend):
     def __init__(self, name: str):
         self.name = name  # "ort" (CPU provider) or "ort-cuda" (CUDA provider, CPU fallback)
+        self.display_name = "ONNX Runtime CUDA" if name == "ort-cuda" else "ONNX Runtime"
 
     def device(self) -> str:
         return "cuda" if self.name == "ort-cuda" else "cpu"

@@ -39,6 +39,7 @@ class TorchModel(LoadedModel):
 
 class TorchBackend(Backend):
     name = "torch"
+    display_name = "PyTorch (deploytk's Triton kernels on a GPU)"
     runs_onnx = False
     validates = False
 

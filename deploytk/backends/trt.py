@@ -96,11 +96,15 @@ class TrtModel(LoadedModel):
 
 class TrtBackend(Backend):
     name = "trt"
+    display_name = "TensorRT"
     timing = "CUDA events around execute_async_v3 (CUDA graph when capturable)"
     runs_onnx = False
 
     def device(self) -> str:
         return "cuda"
+
+    def needs_build(self, directory: Path) -> bool:
+        return not (Path(directory) / ENGINE_FILE).is_file()  # `deploytk build` makes model.engine + baseline.engine
 
     def load(self, artifact, batch_sizes, graph=None, progress: Progress = SILENT) -> TrtModel:
         what = "validate --backend trt"

@@ -13,6 +13,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 
 from deploytk import progress as library_progress
+from deploytk.backends import BACKENDS
+from deploytk.visualize import REFERENCE
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 out_console = Console(highlight=False, soft_wrap=True)
@@ -173,14 +175,15 @@ def profile(result: dict, json_out: bool) -> None:
     settings = _settings(result["r"], result["method_options"])
     title = f"{result['model']} {result['method']} {settings} {result['precision']} on {result['device']['backend']} ({device})"
     table = _table(title, ())
-    for col in ("batch", "merged p50 ms", "p90", "p99", "mean", "img/s", "dense p50 ms", "speedup"):
+    for col in ("batch", "merged p50 ms", "p90", "p99", "max", "mean", "runs", "img/s", "dense p50 ms", "speedup"):
         table.add_column(col, justify="right")
     for row in result["results"]:
         lat, dense = row["latency_ms"], row["dense"]["latency_ms"]
-        cells = [lat["p50"], lat["p90"], lat["p99"], lat["mean"]]
+        cells = [lat.get(k) for k in ("p50", "p90", "p99", "max", "mean")]  # p90/p99 only where enough runs back them
         table.add_row(
             str(row["batch_size"]),
-            *(f"{v:.2f}" for v in cells),
+            *("-" if v is None else f"{v:.2f}" for v in cells),
+            str(lat["samples"]),
             f"{row['throughput']:.1f}",
             f"{dense['p50']:.2f}",
             f"{row['speedup_vs_dense']:.2f}x",
@@ -308,11 +311,11 @@ def evaluation(config: Path, report: dict, json_out: bool) -> None:
     for col in ("top-1", f"top-{k}", "GFLOPs"):
         table.add_column(col, justify="right")
     low = report["precision"] + (" emulated" if report["emulation"] else "") if report["precision"] != "fp32" else ""
-    runtime = {"ort": "ONNX Runtime", "ort-cuda": "ONNX Runtime CUDA", "openvino": "OpenVINO", "trt": "TensorRT"}.get(report["backend"])
+    runtime = BACKENDS[report["backend"]].display_name
     rows = [
         ("dense (timm, unmerged)", report["dense"], report["dense_gflops"]),
         ("reference (PyTorch, merged)", report["reference"], report["gflops"]),
-        (f"{runtime or report['backend']} (merged{', ' + low if low else ''})", report["exported"], report["gflops"]),
+        (f"{runtime} (merged{', ' + low if low else ''})", report["exported"], report["gflops"]),
     ]
     for name, acc, gflops in rows:
         table.add_row(name, f"{100 * acc['top1']:.2f}%", f"{100 * acc['top5']:.2f}%", f"{gflops:.4f}")
@@ -411,7 +414,7 @@ def doctor_extras(table: Table, report: dict) -> None:
 def visualization(report: dict, json_out: bool) -> None:
     if json_out:
         return emit_json(report)
-    source = "the PyTorch reference" if report["backend"] == "torch" else f"{report['backend']} (the exported graph's choices)"
+    source = "the PyTorch reference" if report["backend"] == REFERENCE else f"{report['backend']} (the exported graph's choices)"
     out_console.print(f"[green]wrote[/] {escape(report['output'])} ({report['method']}, {report['kind']}; choices of {source})")
     table = _table(
         f"{report['patches']} patches of {escape(report['image'])}", ("after block", "tokens", "hold patches", "dropped", "fused")

@@ -16,8 +16,6 @@ afterwards. Class indices follow torchvision's ImageFolder: sorted class-folder 
 from __future__ import annotations
 
 import contextlib
-import os
-import platform
 import tempfile
 import time
 from dataclasses import dataclass
@@ -107,23 +105,6 @@ def _topk_correct(logits: np.ndarray, labels: np.ndarray, k: int) -> tuple[int, 
     top1 = logits.argmax(-1)
     topk = np.argsort(-logits, axis=-1, kind="stable")[:, :k]
     return int((top1 == labels).sum()), int((topk == labels[:, None]).any(-1).sum()), top1
-
-
-def device_info() -> dict:
-    """CPU model, core counts and thread settings (and the GPU, if torch sees one)."""
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return {
-        "cpu": cpu,
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-        "platform": platform.platform(),
-    }
 
 
 def evaluate(

@@ -16,19 +16,20 @@ from deploytk.errors import DeploytkError
 from deploytk.export.artifacts import Artifact
 from deploytk.progress import SILENT, Progress
 
+#: the fewest timed runs that back a tail percentile: with fewer, "p99" is only the largest run (20 runs: the
+#: 99th percentile interpolates between the two slowest), so the report leaves it out and shows ``max``
+MIN_SAMPLES = {"p50": 1, "p90": 10, "p99": 100}
+
 
 def latency_stats(seconds: list[float], batch_size: int) -> dict:
+    """p50, mean, max and the number of runs; p90 / p99 only where MIN_SAMPLES runs back them."""
     ms = np.asarray(seconds) * 1e3
     p50 = float(np.percentile(ms, 50))
-    return {
-        "latency_ms": {
-            "p50": round(p50, 3),
-            "p90": round(float(np.percentile(ms, 90)), 3),
-            "p99": round(float(np.percentile(ms, 99)), 3),
-            "mean": round(float(ms.mean()), 3),
-        },
-        "throughput": round(batch_size / (p50 / 1e3), 2),
-    }
+    latency = {"p50": round(p50, 3), "mean": round(float(ms.mean()), 3), "max": round(float(ms.max()), 3), "samples": len(ms)}
+    for name in ("p90", "p99"):
+        if len(ms) >= MIN_SAMPLES[name]:
+            latency[name] = round(float(np.percentile(ms, int(name[1:]))), 3)
+    return {"latency_ms": latency, "throughput": round(batch_size / (p50 / 1e3), 2)}
 
 
 def parse_batch_sizes(spec: str) -> list[int]:

@@ -54,23 +54,29 @@ class _Probe:
     dest: str
 
 
-def probed_model(model: Path | onnx.ModelProto) -> tuple[onnx.ModelProto | None, list[_Probe]]:
+def probed_model(model: Path | onnx.ModelProto, matching_from: Path | None = None) -> tuple[onnx.ModelProto | None, list[_Probe]]:
     """The ONNX model with every matching node's inputs and ``dest`` added as graph outputs.
 
     The backend is validated on this model, so that the choices diagnosed are the ones that
     made its logits (ONNX Runtime on several CPU threads is not bit-reproducible run to run).
-    ``(None, [])`` when the graph has no matching ops.
+    ``matching_from``: the artifact's model.onnx, whose matching nodes are probed by tensor name when
+    ``model`` has the deploytk functions inlined (``model.inlined.onnx``, what OpenVINO runs: the
+    inliner keeps a call's input and output names). ``(None, [])`` when there is nothing to probe.
     """
     if isinstance(model, Path):
         model = onnx.load(str(model))
     else:
         model = copy.deepcopy(model)
+    nodes = [n for n in model.graph.node if n.domain == DOMAIN and n.op_type in MATCHING_OPS]
+    if not nodes and not any(n.domain == DOMAIN for n in model.graph.node) and matching_from is not None:
+        nodes = [n for n in onnx.load(str(matching_from)).graph.node if n.domain == DOMAIN and n.op_type in MATCHING_OPS]
+    present = {i.name for i in model.graph.input} | {o for n in model.graph.node for o in n.output}
+    if not nodes or any(name not in present for n in nodes for name in [*n.input, n.output[0]]):
+        return None, []
     typed = {v.name: v for v in onnx.shape_inference.infer_shapes(model).graph.value_info}
     outputs = {o.name for o in model.graph.output}
     probes = []
-    for node in model.graph.node:
-        if node.domain != DOMAIN or node.op_type not in MATCHING_OPS:
-            continue
+    for node in nodes:
         probes.append(_Probe(node.op_type, list(node.input), node.output[0]))
         for name in [*node.input, node.output[0]]:
             if name not in outputs:
@@ -81,7 +87,7 @@ def probed_model(model: Path | onnx.ModelProto) -> tuple[onnx.ModelProto | None,
                 )
                 model.graph.output.append(onnx.helper.make_tensor_value_info(name, elem, None))
                 outputs.add(name)
-    return (model if probes else None), probes
+    return model, probes
 
 
 class _Choices:

@@ -1,7 +1,7 @@
 """`deploytk validate`: the backend against the reference rebuilt from the manifest.
 
 Polygraphy runs both runners over the same feeds and does the element-wise tolerance check
-(``CompareFunc.simple``); on top we report what deployment engineers decide by: max
+(``SimpleCompareFunc``); on top we report what deployment engineers decide by: max
 abs/rel error, cosine similarity and top-1 agreement.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-from polygraphy.comparator import Comparator, CompareFunc
+from polygraphy.comparator import Comparator, SimpleCompareFunc
 from polygraphy.logger import G_LOGGER
 
 from deploytk.backends import Backend, ModelRunner, get_backend
@@ -181,7 +181,7 @@ def validate(
         proto, emulation = backend.graph(artifact)
         if emulation:
             progress.step(f"{backend.name}: {emulation}")
-        probed, probes = probed_model(proto)
+        probed, probes = probed_model(proto, matching_from=artifact.onnx_path)
         graph = probed if probed is not None else proto
     loaded = backend.load(artifact, sorted({len(b) for b in batches}), graph, progress)  # refuses a stale engine before any work
     if reference is None:
@@ -193,7 +193,7 @@ def validate(
     with contextlib.redirect_stdout(sys.stderr):  # Polygraphy logs to stdout; keep it for --json
         results = Comparator.run(runners, data_loader=[{INPUT_NAME: b} for b in batches])
         accuracy = Comparator.compare_accuracy(
-            results, compare_func=CompareFunc.simple(atol=tol.atol, rtol=tol.rtol, check_error_stat="max")
+            results, compare_func=SimpleCompareFunc(atol=tol.atol, rtol=tol.rtol, check_error_stat="max")
         )
     elementwise_passed = bool(accuracy)
     (_, ref_iters), (_, out_iters) = results[0], results[1]

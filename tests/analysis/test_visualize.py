@@ -211,7 +211,7 @@ def test_cli_json_and_a_layer_before_any_reduction(digit_png, tmp_path):
     )
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
-    assert report["output"] == str(out) and report["backend"] == "torch" and report["method"] == "evit"
+    assert report["output"] == str(out) and report["backend"] == "reference" and report["method"] == "evit"
     assert [(layer["block"], layer["tokens"]) for layer in report["layers"]] == [(0, 65), (3, 47), (9, 26)]
     assert report["layers"][0]["tokens_with_patches"] == 64 and report["layers"][2]["patches_fused"] > 0
     with Image.open(out) as png:
@@ -245,7 +245,7 @@ def tiny_yaml(tmp_path_factory):
             ["--layers", "three"],
             "--layers 'three' is not a list of block indices: give 0-based block indices, comma-separated (e.g. 3,6,11)",
         ),
-        (["--backend", "trt"], "--backend 'trt': allowed torch, ort, ort-cuda, openvino"),
+        (["--backend", "trt"], "--backend 'trt': allowed reference, ort, ort-cuda, openvino"),
         (["--colors", "pastel"], "--colors 'pastel': allowed mean, random"),
         (["--artifacts", "somewhere"], "--artifacts is read by a runtime (--backend ort, ...)"),
     ],

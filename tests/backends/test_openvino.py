@@ -88,6 +88,18 @@ def test_a_changed_inlined_file_is_refused(digits_tome, tmp_path):
         f.write(b"\0")
     result = invoke("profile", bad, "--backend", "openvino", "--batch-sizes", "1", "--iterations", "1")
     assert result.exit_code == 2 and "does not match its manifest" in result.output
+    result = invoke("validate", bad, "--backend", "openvino", "--num-images", "8")  # validate checks the file a user deploys
+    assert result.exit_code == 2 and "model.inlined.onnx is missing or does not match its manifest" in " ".join(result.output.split())
+
+
+def test_validate_on_openvino_probes_the_choices_of_the_inlined_file(digits_tome):
+    from deploytk.validate.branches import probed_model
+
+    model, probes = probed_model(digits_tome / "model.inlined.onnx", matching_from=digits_tome / "model.onnx")
+    matching = [n for n in onnx.load(str(digits_tome / "model.onnx")).graph.node if n.op_type == "ToMeMatch"]
+    assert len(probes) == len(matching) == 12
+    assert {p.dest for p in probes} <= {o.name for o in model.graph.output}
+    assert not any(n.domain == "deploytk" for n in model.graph.node)  # still the inlined graph, now with probe outputs
 
 
 def test_profile_on_openvino_compares_with_the_dense_model_on_openvino(digits_tome):

@@ -106,7 +106,7 @@ def test_profile_json_has_contract_keys(deit_s):
     data = json.loads(result.stdout)
     row = data["results"][0]
     assert row["batch_size"] == 1
-    assert set(row["latency_ms"]) == {"p50", "p90", "p99", "mean"}
+    assert set(row["latency_ms"]) == {"p50", "mean", "max", "samples"}  # 2 runs back no p90 or p99
     assert row["throughput"] > 0 and row["speedup_vs_dense"] > 0
     assert (out / ".baseline").is_dir()
 
@@ -162,3 +162,12 @@ def test_doctor_flags_a_tensorrt_without_aot_plugins(monkeypatch):
     monkeypatch.setattr(doctor, "tensorrt_version", lambda: "10.8.0.43")
     report = doctor.environment_report()
     assert report["tensorrt"] == "10.8.0.43" and "need TensorRT >= 10.9" in report["tensorrt_hint"]
+
+
+def test_tail_percentiles_only_where_enough_runs_back_them():
+    from deploytk.profile.profiler import latency_stats
+
+    few = latency_stats([0.010 + 0.001 * i for i in range(20)], 1)["latency_ms"]
+    assert few["max"] == 29.0 and few["samples"] == 20 and "p90" in few and "p99" not in few  # p99 of 20 runs is only the max
+    many = latency_stats([0.001 * i for i in range(1, 101)], 1)["latency_ms"]
+    assert many["p99"] == pytest.approx(99.01) and many["p90"] == pytest.approx(90.1)

@@ -208,6 +208,20 @@ def test_calibration_bad_input():
         calibrate(load_config(ROOT / "export_configs" / "deit_tiny_mctf_r8.yaml"), [np.zeros((1, 3, 224, 224), np.float32)], 0.5, "x")
 
 
+def test_synthetic_calibration_uses_the_model_s_own_input_size(tmp_path):
+    """export.img_size: null means the model's default; a 384 px model was fed 224 px synthetic batches (and failed)."""
+    import yaml
+
+    from deploytk.calibrate import calibrate_config
+
+    data = yaml.safe_load((ROOT / "export_configs" / "deit_tiny_atm.yaml").read_text())
+    data["model"], data["export"]["img_size"] = "vit_tiny_patch16_384", None
+    config = tmp_path / "atm_384.yaml"
+    config.write_text(yaml.safe_dump(data))
+    report = calibrate_config(config, synthetic=2, batch_size=2)
+    assert len(report["r"]) == 12 and report["images"] == 2 and Path(report["output"]).is_file()
+
+
 def test_calibrate_cli_without_images_fails_cleanly_and_writes_nothing(tmp_path):
     from typer.testing import CliRunner
 
