@@ -11,13 +11,11 @@ the deployed graph does.
 from __future__ import annotations
 
 import contextlib
-import copy
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import onnx
 import torch
 
 from deploytk.analysis.visualize import (
@@ -42,11 +40,12 @@ from deploytk.data import model_input_size
 from deploytk.errors import DeploytkError
 from deploytk.export.artifacts import Artifact
 from deploytk.export.pipeline import run_export
+from deploytk.export.probes import with_matching_outputs
 from deploytk.files import claim_file
 from deploytk.merging.merged_vit import MergedViT
 from deploytk.methods import get_method
 from deploytk.models import build_reference
-from deploytk.ops import DOMAIN, MATCHING_OPS, OPS
+from deploytk.ops import OPS
 from deploytk.progress import SILENT, Progress
 
 #: the PyTorch reference's own choices
@@ -59,41 +58,25 @@ def backend_names() -> list[str]:
     return [REFERENCE] + [name for name, b in BACKENDS.items() if b.runs_onnx and b.validates]
 
 
-def with_dest_outputs(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, list[tuple[str, str]]]:
-    """A copy of ``proto`` whose every deploytk matching node's ``dest`` is also a graph output; [(op type, output name)]
-    in graph order (the order the reference calls them: the exporter traces the forward pass)."""
-    model = copy.deepcopy(proto)
-    outputs = {o.name for o in model.graph.output}
-    probes = []
-    for node in model.graph.node:
-        if node.domain == DOMAIN and node.op_type in MATCHING_OPS:
-            name = node.output[0]
-            probes.append((node.op_type, name))
-            if name not in outputs:
-                model.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.INT64, None))
-                outputs.add(name)
-    return model, probes
-
-
 def runtime_dests(backend_name: str, artifact: Artifact, image: np.ndarray, sources: Sources) -> list[np.ndarray]:
     """The ``dest`` of every matching node when ``backend_name`` runs ``image`` [1, 3, H, W] through the artifact's graph."""
     backend = get_backend(backend_name, validating=True)
     proto, _ = backend.graph(artifact)
-    probed, probes = with_dest_outputs(proto)
+    probed, probes = with_matching_outputs(proto, matching_from=artifact.onnx_path)
     matches = [r for r in sources.records if r.kind == "match"]
-    graph_ops = [OPS[op].torch_name for op, _ in probes]
+    graph_ops = [OPS[p.op].torch_name for p in probes]
     if graph_ops != [r.op for r in matches]:
         raise DeploytkError(
             f"{artifact.directory}/model.onnx has the matching ops {graph_ops}, the PyTorch reference calls {[r.op for r in matches]}: "
             "the artifact was not exported from this config."
         )
-    loaded = backend.load(artifact, [1], probed)
+    loaded = backend.load(artifact, [1], probed or proto)
     loaded.activate()
     try:
         outputs = loaded.run(np.ascontiguousarray(image, dtype=np.float32))
     finally:
         loaded.deactivate()
-    return [np.asarray(outputs[name])[0] for _, name in probes]
+    return [np.asarray(outputs[p.dest])[0] for p in probes]
 
 
 @dataclass

@@ -19,16 +19,14 @@ of those nodes, and accepts the image as a *branch flip* only if all of these ho
 
 from __future__ import annotations
 
-import copy
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import numpy as np
-import onnx
 import torch
 
 from deploytk.export.onnx_export import OUTPUT_NAME
-from deploytk.ops import DOMAIN, MATCHING_OPS, OPS
+from deploytk.export.probes import Probe
+from deploytk.ops import OPS
 from deploytk.ops.ties import PERTURBATION_TRIALS, ROUNDING_PERTURBATION
 
 
@@ -45,49 +43,6 @@ class BranchFlip:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-@dataclass
-class _Probe:
-    op: str
-    inputs: list[str]
-    dest: str
-
-
-def probed_model(model: Path | onnx.ModelProto, matching_from: Path | None = None) -> tuple[onnx.ModelProto | None, list[_Probe]]:
-    """The ONNX model with every matching node's inputs and ``dest`` added as graph outputs.
-
-    The backend is validated on this model, so that the choices diagnosed are the ones that
-    made its logits (ONNX Runtime on several CPU threads is not bit-reproducible run to run).
-    ``matching_from``: the artifact's model.onnx, whose matching nodes are probed by tensor name when
-    ``model`` has the deploytk functions inlined (``model.inlined.onnx``, what OpenVINO runs: the
-    inliner keeps a call's input and output names). ``(None, [])`` when there is nothing to probe.
-    """
-    if isinstance(model, Path):
-        model = onnx.load(str(model))
-    else:
-        model = copy.deepcopy(model)
-    nodes = [n for n in model.graph.node if n.domain == DOMAIN and n.op_type in MATCHING_OPS]
-    if not nodes and not any(n.domain == DOMAIN for n in model.graph.node) and matching_from is not None:
-        nodes = [n for n in onnx.load(str(matching_from)).graph.node if n.domain == DOMAIN and n.op_type in MATCHING_OPS]
-    present = {i.name for i in model.graph.input} | {o for n in model.graph.node for o in n.output}
-    if not nodes or any(name not in present for n in nodes for name in [*n.input, n.output[0]]):
-        return None, []
-    typed = {v.name: v for v in onnx.shape_inference.infer_shapes(model).graph.value_info}
-    outputs = {o.name for o in model.graph.output}
-    probes = []
-    for node in nodes:
-        probes.append(_Probe(node.op_type, list(node.input), node.output[0]))
-        for name in [*node.input, node.output[0]]:
-            if name not in outputs:
-                elem = (
-                    typed[name].type.tensor_type.elem_type
-                    if name in typed
-                    else (onnx.TensorProto.INT64 if name == node.output[0] else onnx.TensorProto.FLOAT)
-                )
-                model.graph.output.append(onnx.helper.make_tensor_value_info(name, elem, None))
-                outputs.add(name)
-    return model, probes
 
 
 class _Choices:
@@ -119,7 +74,7 @@ def _rel_diff(ref: np.ndarray, out: np.ndarray) -> float:
 
 
 def explain_flips(
-    reference, probes: list[_Probe], batches: list[np.ndarray], backend_outputs: list[dict], failing: list[int], atol: float, rtol: float
+    reference, probes: list[Probe], batches: list[np.ndarray], backend_outputs: list[dict], failing: list[int], atol: float, rtol: float
 ) -> tuple[list[BranchFlip], dict[int, np.ndarray]]:
     """Diagnose the failing images (global indices over ``batches``).
 

@@ -22,9 +22,10 @@ from deploytk.data import folder_batches, synthetic_batches
 from deploytk.errors import DeploytkError
 from deploytk.export.artifacts import Artifact
 from deploytk.export.onnx_export import INPUT_NAME, OUTPUT_NAME
+from deploytk.export.probes import with_matching_outputs
 from deploytk.models import build_reference
 from deploytk.progress import SILENT, Progress
-from deploytk.validate.branches import explain_flips, probed_model
+from deploytk.validate.branches import explain_flips
 
 
 @dataclass
@@ -181,7 +182,7 @@ def validate(
         proto, emulation = backend.graph(artifact)
         if emulation:
             progress.step(f"{backend.name}: {emulation}")
-        probed, probes = probed_model(proto, matching_from=artifact.onnx_path)
+        probed, probes = with_matching_outputs(proto, matching_from=artifact.onnx_path)  # validate the graph that made them
         graph = probed if probed is not None else proto
     loaded = backend.load(artifact, sorted({len(b) for b in batches}), graph, progress)  # refuses a stale engine before any work
     if reference is None:

@@ -93,9 +93,9 @@ def test_a_changed_inlined_file_is_refused(digits_tome, tmp_path):
 
 
 def test_validate_on_openvino_probes_the_choices_of_the_inlined_file(digits_tome):
-    from deploytk.validate.branches import probed_model
+    from deploytk.export.probes import with_matching_outputs
 
-    model, probes = probed_model(digits_tome / "model.inlined.onnx", matching_from=digits_tome / "model.onnx")
+    model, probes = with_matching_outputs(digits_tome / "model.inlined.onnx", matching_from=digits_tome / "model.onnx")
     matching = [n for n in onnx.load(str(digits_tome / "model.onnx")).graph.node if n.op_type == "ToMeMatch"]
     assert len(probes) == len(matching) == 12
     assert {p.dest for p in probes} <= {o.name for o in model.graph.output}

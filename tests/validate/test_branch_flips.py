@@ -11,7 +11,8 @@ import pytest
 from conftest import export_config
 
 from deploytk.export.manifest import sha256_file
-from deploytk.validate.branches import _run_reference, probed_model
+from deploytk.export.probes import with_matching_outputs
+from deploytk.validate.branches import _run_reference
 from deploytk.validate.validator import Tolerances, failing_images, validate
 
 
@@ -27,10 +28,20 @@ def _digit_batches(n=32, batch=8):
 
 
 def test_probed_model_exposes_every_matching_node(digits_mctf):
-    model, probes = probed_model(digits_mctf / "model.onnx")
+    model, probes = with_matching_outputs(digits_mctf / "model.onnx")
     assert [p.op for p in probes] == ["MctfMatch"] * 11  # blocks 1..11
     outputs = {o.name for o in model.graph.output}
     assert all(p.dest in outputs and set(p.inputs) <= outputs for p in probes)
+
+
+def test_a_matching_op_with_a_constant_input_is_probed_too(tmp_path):
+    """ATSSample's ``steps`` is an initializer, not a node output: a presence check that missed initializers left ATS
+    configs without their near-tie diagnosis."""
+    out = export_config("digits_vit_ats_k70", tmp_path / "ats")
+    model, probes = with_matching_outputs(out / "model.onnx")
+    assert [p.op for p in probes] == ["ATSSample"] * 3
+    initializers = {i.name for i in model.graph.initializer}
+    assert any(name in initializers for p in probes for name in p.inputs)
 
 
 def test_reference_replayed_with_its_own_choices_is_unchanged(digits_mctf):
