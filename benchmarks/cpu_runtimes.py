@@ -37,44 +37,38 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from deploytk.config import apply_overrides, load_config  # noqa: E402
 from deploytk.export.pipeline import run_export  # noqa: E402
 from deploytk.files import FileOutput, claim_file  # noqa: E402
+from deploytk.methods import METHODS  # noqa: E402
 from deploytk.profile.profiler import profile  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "export_configs"
-#: one ready-made config per method (keep-rate methods at the study's / EViT's 0.7; ATM calibrated: its presets merge
-#: nothing on random weights)
-METHOD_CONFIGS = {
-    "tome": "deit_small_tome_r16",
-    "mctf": "deit_small_mctf_r16",
-    "atm": "deit_small_atm_calibrated",
-    "evit": "deit_small_evit_k70",
-    "topk": "deit_small_topk_k70",
-    "crucial": "deit_small_crucial_k70",
-    "heuristic": "deit_small_heuristic_k70",
-    "kmedoids": "deit_small_kmedoids_k70",
-    "dpcknn": "deit_small_dpcknn_k70",
-    "ats": "deit_small_ats_k70",
-    "dynamicvit": "deit_small_dynamicvit_k70",
-    "patchmerger": "deit_small_patchmerger_k70",
-    "sit": "deit_small_sit_k70",
-    "sinkhorn": "deit_small_sinkhorn_k70",
-}
-#: configs of their own for a model (else the DeiT-S config with `model` overridden)
-OWN_CONFIGS = {("deit_base_patch16_224", "tome"): "deit_base_tome_r16"}
+#: which ready-made config of a method is measured: the first of these schedules that export_configs/ has for the model
+#: (r=16 for the r methods, keep 0.7 for the keep-rate ones, ATM calibrated: its presets merge nothing on random weights);
+#: a model without one gets the DeiT-S config with `model` overridden
+SCHEDULES = ("r16", "k70", "calibrated")
 SMOKE_CONFIG = "digits_vit_tome_r4"
+#: the efficiency targets (speedup / FLOPs ratio) of the CPU performance issue: every method at batch 8, DeiT-S ToMe r=16 at 8 and 1
+TARGETS = {("deit_small_patch16_224", "tome"): {8: 0.95, 1: 0.90}}
 
 
 def target(model: str, method: str, batch: int) -> float | None:
-    """The issue's efficiency targets: DeiT-S ToMe r=16 at batch 8 and 1, every method at batch 8."""
-    if method == "tome" and model == "deit_small_patch16_224":
-        return {8: 0.95, 1: 0.90}.get(batch)
-    return 0.85 if batch == 8 else None
+    return TARGETS.get((model, method), {8: 0.85}).get(batch)
+
+
+def config_for(model: str, method: str) -> Path | None:
+    """The measured config of ``method`` (registry name) for ``model`` (timm name), from export_configs/."""
+    for prefix in dict.fromkeys([model.split("_patch")[0], "deit_small"]):
+        for schedule in SCHEDULES:
+            path = CONFIGS / f"{prefix}_{method}_{schedule}.yaml"
+            if path.is_file():
+                return path
+    return None
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="deit_small_patch16_224,deit_base_patch16_224")
-    p.add_argument("--methods", default=",".join(METHOD_CONFIGS), help="Comma-separated merge.method names.")
+    p.add_argument("--methods", default=",".join(METHODS), help="Comma-separated merge.method names (default: every registered one).")
     p.add_argument("--runtimes", default="ort,openvino", help="Comma-separated deploytk backends (CPU ones).")
     p.add_argument("--batch-sizes", default="1,8")
     p.add_argument("--warmup", type=int, default=3)
@@ -92,9 +86,12 @@ def jobs(args) -> list[tuple[str, str, Path]]:
     out = []
     for model in args.models.split(","):
         for method in args.methods.split(","):
-            if method not in METHOD_CONFIGS:
-                raise SystemExit(f"unknown method {method!r}; choose from {', '.join(METHOD_CONFIGS)}")
-            out.append((model, method, CONFIGS / f"{OWN_CONFIGS.get((model, method), METHOD_CONFIGS[method])}.yaml"))
+            config = config_for(model, method)
+            if config is None:
+                raise SystemExit(
+                    f"no ready-made config of method {method!r} in {CONFIGS} (one of {', '.join(SCHEDULES)}); methods: {', '.join(METHODS)}"
+                )
+            out.append((model, method, config))
     return out
 
 

@@ -1,10 +1,11 @@
-"""`deploytk calibrate`: turn ATM's data-dependent r into a fixed per-layer schedule.
+"""`deploytk calibrate`: turn a method's data-dependent r into a fixed per-layer schedule.
 
-ATM chooses r per batch (how many pairs clear the layer's similarity threshold). A static
-graph needs one r per layer, so ATM runs dynamically in PyTorch over calibration batches
-and each layer's r becomes a quantile (default: the median) of the r values it chose,
-floored. The statistic, the data and the per-layer spread are written into the new config
-(``merge.options.calibration``) and from there into every export's manifest.
+A ``calibrated`` method (ATM) chooses r per batch (ATM: how many pairs clear the layer's
+similarity threshold). A static graph needs one r per layer, so the method runs dynamically in
+PyTorch over calibration batches (its ``calibration_pass``) and each layer's r becomes a
+quantile (default: the median) of the r values it chose, floored. The statistic, the data and
+the per-layer spread are written into the new config (``merge.options.calibration``) and from
+there into every export's manifest.
 """
 
 from __future__ import annotations
@@ -21,25 +22,26 @@ from deploytk.config import DeployConfig, config_from_dict, load_config
 from deploytk.data import folder_batches, model_input_size, synthetic_batches
 from deploytk.errors import DeploytkError
 from deploytk.files import claim_yaml
+from deploytk.methods import METHODS, get_method
 from deploytk.models import build_reference
 from deploytk.progress import SILENT, Progress
 
-STATISTIC = (
-    "per layer: the {q:g}-quantile (floored) over calibration batches of ATM's batch-adaptive r, where a batch's r is the "
-    "floor of the mean over its images of the number of pairs whose cosine similarity exceeds theta_l"
-)
+
+def require_calibrated(cfg: DeployConfig) -> None:
+    """Calibration is for methods with a data-dependent schedule (checked before any image is loaded)."""
+    if not get_method(cfg.merge.method).calibrated:
+        which = ", ".join(name for name, m in METHODS.items() if m.calibrated)
+        raise DeploytkError(
+            f"calibration is for the methods whose r depends on the data ({which}); this config uses {cfg.merge.method!r}, "
+            "whose schedule is fixed by its config.",
+            hint=f"Set `merge.method` to one of: {which}.",
+        )
 
 
-def require_atm(cfg: DeployConfig) -> None:
-    """Calibration only makes sense for ATM (checked before any image is loaded)."""
-    if cfg.merge.method != "atm":
-        raise DeploytkError(f"calibration is for method atm; this config uses {cfg.merge.method!r}.", hint="Set `merge.method: atm`.")
-
-
-def atm_r_samples(model, batches: list[np.ndarray], progress: Progress = SILENT) -> np.ndarray:
-    """ATM's batch-adaptive r of every layer on every batch: [depth, batches] (``tune`` takes many quantiles of one run)."""
+def r_samples(model, batches: list[np.ndarray], progress: Progress = SILENT) -> np.ndarray:
+    """The method's batch-adaptive r of every layer on every batch: [depth, batches] (``tune`` takes many quantiles of one run)."""
     per_batch = []
-    progress.start(len(batches), f"running ATM on {len(batches)} calibration batches")
+    progress.start(len(batches), f"running {model.reduction.name} on {len(batches)} calibration batches")
     for b in batches:
         per_batch.append(model.reduction.calibration_pass(model, torch.from_numpy(b)))
         progress.advance()
@@ -55,24 +57,23 @@ def calibrate(
     model=None,
     samples: np.ndarray | None = None,
 ) -> tuple[dict, dict]:
-    """Return (the calibrated config as a dict, a report); ``samples``: ``atm_r_samples`` of these batches, if already run."""
-    require_atm(cfg)
+    """Return (the calibrated config as a dict, a report); ``samples``: ``r_samples`` of these batches, if already run."""
+    require_calibrated(cfg)
     if not batches:
         raise DeploytkError("calibration needs images: pass --images DIR or --synthetic N (N >= 1).")
     if not 0.0 <= quantile <= 1.0:
         raise DeploytkError(f"--quantile {quantile} must be in [0, 1].")
     model = model if model is not None else build_reference(cfg)
-    per_layer = atm_r_samples(model, batches, progress) if samples is None else samples
+    per_layer = r_samples(model, batches, progress) if samples is None else samples
     r = [int(math.floor(np.quantile(vals, quantile))) for vals in per_layer]
     calibration = {
-        "statistic": STATISTIC.format(q=quantile),
+        "statistic": model.reduction.calibration_statistic.format(q=quantile),
         "quantile": quantile,
         "source": source,
         "images": int(sum(len(b) for b in batches)),
         "batches": len(batches),
         "batch_size": int(len(batches[0])),
-        "thresholds": [round(t, 6) for t in model.reduction.thresholds],
-        "split_layer": model.reduction.split_layer,
+        **model.reduction.calibration_settings(),
         "per_layer_r": [
             {"min": int(v.min()), "median": float(np.median(v)), "mean": round(float(v.mean()), 3), "max": int(v.max())} for v in per_layer
         ],
@@ -105,7 +106,7 @@ def calibrate_config(
         raise DeploytkError(f"--synthetic {synthetic}: calibration needs at least 1 image.")
     if batch_size < 1 or num_images < 1:
         raise DeploytkError("--batch-size and --num-images must be >= 1.")
-    require_atm(cfg)
+    require_calibrated(cfg)
     output = claim_yaml(Path(output) if output else config.with_name(f"{config.stem}_calibrated.yaml"), "deploytk calibrate")
     progress.step("building the model")
     model = build_reference(cfg)

@@ -33,7 +33,7 @@ import yaml
 from deploytk.backends import Backend, get_backend
 from deploytk.build.builder import build_engine
 from deploytk.build.options import build_options
-from deploytk.calibrate import atm_r_samples, calibrate
+from deploytk.calibrate import calibrate, r_samples
 from deploytk.config import DeployConfig, config_from_dict, config_to_dict, load_config
 from deploytk.data import folder_batches, model_input_size, synthetic_batches
 from deploytk.errors import DeploytkError
@@ -44,7 +44,6 @@ from deploytk.export.pipeline import run_export
 from deploytk.files import FileOutput, claim_file, claim_yaml
 from deploytk.merging.merged_vit import build_merged
 from deploytk.methods import METHODS, get_method
-from deploytk.methods.atm import PRESETS
 from deploytk.models import build_reference, create_vit
 from deploytk.profile.profiler import MIN_SAMPLES, profile
 from deploytk.progress import SILENT, Progress
@@ -156,10 +155,10 @@ def _keep_rate_candidates(cfg: DeployConfig, vit) -> list[Candidate]:
     return out
 
 
-def _atm_candidates(cfg: DeployConfig, batches: list[np.ndarray], source: str, progress: Progress) -> list[Candidate]:
-    """ATM: with ``preset``, every Table A2 point of that DeiT (each calibrated at the median); otherwise the quantiles
-    of one calibration run of the config's thresholds (``deploytk calibrate --quantile Q`` would write the same)."""
-    method = get_method("atm")
+def _calibrated_candidates(cfg: DeployConfig, batches: list[np.ndarray], source: str, progress: Progress) -> list[Candidate]:
+    """A calibrated method: its ``tuning_points`` (ATM with ``preset``: the paper's Table A2 points), each calibrated at the
+    median; otherwise the quantiles of one calibration run (``deploytk calibrate --quantile Q`` would write the same)."""
+    method = get_method(cfg.merge.method)
     options = method.parse_options(cfg.merge.options)
     vit = create_vit(cfg)  # the weights, loaded once: every point and quantile runs on them
 
@@ -167,19 +166,18 @@ def _atm_candidates(cfg: DeployConfig, batches: list[np.ndarray], source: str, p
         merged = build_merged(method, vit, data["merge"]["r"], cfg.merge.prop_attn, method.parse_options(data["merge"]["options"]))
         return Candidate(label, knob, data, *_estimate(merged))
 
-    if options.preset:
+    points = method.tuning_points(options)
+    if points:
         out = []
-        points = PRESETS[options.preset]
-        progress.start(len(points), f"calibrating ATM at the {len(points)} {options.preset} points of the paper's Table A2")
-        for p in points:
-            point_cfg = config_from_dict(_with(cfg, options={"gflops": p.gflops, "calibration": None}), f"(ATM point {p.gflops} GFLOPs)")
+        progress.start(len(points), f"calibrating {method.name} at its {len(points)} tuning points")
+        for label, knob, overrides in points:
+            point_cfg = config_from_dict(_with(cfg, options=overrides), f"({method.name} {label})")
             data, _ = calibrate(point_cfg, batches, 0.5, source, model=build_reference(point_cfg, vit))
-            knob = {"preset": options.preset, "paper_gflops": p.gflops, "alpha": p.alpha, "beta": p.beta, "theta_min": p.theta_min}
-            out.append(candidate(f"{options.preset} {p.gflops:g}G point", knob, data))
+            out.append(candidate(label, knob, data))
             progress.advance()
         return out
     model = build_reference(cfg, vit)
-    samples = atm_r_samples(model, batches, progress)
+    samples = r_samples(model, batches, progress)
     quantiles = [(q, calibrate(cfg, batches, q, source, model=model, samples=samples)[0]) for q in QUANTILES]
     return [candidate(f"quantile={q:g}", {"quantile": q}, data) for q, data in quantiles]
 
@@ -205,8 +203,8 @@ def candidates_for(
         found = _r_candidates(cfg, vit, inflections or [_config_inflection(cfg)])
     elif knob == "keep_rate":
         found = _keep_rate_candidates(cfg, vit)
-    else:
-        found = _atm_candidates(cfg, *calibration, progress)
+    else:  # "quantile": a calibrated method's statistic
+        found = _calibrated_candidates(cfg, *calibration, progress)
     by_schedule: dict[tuple, Candidate] = {}
     for c in found:  # one candidate per token schedule (the same graph): the first found wins
         by_schedule.setdefault(tuple(c.tokens), c)
@@ -333,8 +331,8 @@ def tune(
     report_out, plot_out = (claim_file(output.path.with_suffix(suffix), "deploytk tune") for suffix in (".json", ".png"))
     cache = Path(cache) if cache else Path("artifacts") / "tune" / config.stem
     calibration = None
-    if get_method(cfg.merge.method).tune_knob == "quantile":
-        progress.step("loading ATM's calibration images")
+    if get_method(cfg.merge.method).calibrated:
+        progress.step("loading the calibration images")
         vit = create_vit(cfg.model_copy(update={"checkpoint": None, "pretrained": False}))  # its input size, its transform
         if data is not None:
             calibration = (folder_batches(data, 64, 16, vit), f"images: {data}")

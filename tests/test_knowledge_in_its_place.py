@@ -1,38 +1,47 @@
-"""Knowledge about one runtime stays in its Backend: no backend name is compared as a string elsewhere.
+"""Knowledge about one runtime stays in its Backend, about one method in its file: no backend or method name is
+compared as a string elsewhere.
 
-The way the layer contract is checked by import-linter, this is checked by reading the source: a comparison
-with a backend's ``--backend`` name outside ``deploytk/backends/`` is a runtime's knowledge leaking out.
+The way the layer contract is checked by import-linter, this is checked by reading the source: a comparison with a
+backend's ``--backend`` name outside ``deploytk/backends/``, or with a method's ``merge.method`` name outside
+``deploytk/methods/``, is that runtime's or method's knowledge leaking out (ask the Backend or the method instead).
 """
 
 import re
 from pathlib import Path
 
+import pytest
+
 from deploytk.backends import BACKENDS
+from deploytk.methods import METHODS
 
 ROOT = Path(__file__).resolve().parents[1]
-NAMES = "|".join(re.escape(n) for n in sorted(BACKENDS, key=len, reverse=True))
-COMPARED = re.compile(rf"""(==|!=|\bin\s*[\(\[\{{][^\)\]\}}]*)\s*["']({NAMES})["']|["']({NAMES})["']\s*(==|!=)""")
 
 
-def sources():
+def compared(names) -> re.Pattern:
+    """A string comparison (==, !=, in (...)) with one of ``names``."""
+    alternatives = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+    return re.compile(rf"""(==|!=|\bin\s*[\(\[\{{][^\)\]\}}]*)\s*["']({alternatives})["']|["']({alternatives})["']\s*(==|!=)""")
+
+
+@pytest.mark.parametrize("names, home", [(BACKENDS, "backends"), (METHODS, "methods")], ids=["backend", "method"])
+def test_no_name_is_compared_outside_its_home(names, home):
+    pattern, found = compared(names), []
     for folder in ("deploytk", "benchmarks", "plugins"):
         for path in sorted((ROOT / folder).rglob("*.py")):
-            if "backends" not in path.relative_to(ROOT).parts:
-                yield path
-
-
-def test_no_backend_name_is_compared_outside_the_backends():
-    found = []
-    for path in sources():
-        for number, line in enumerate(path.read_text().splitlines(), 1):
-            if COMPARED.search(line):
-                found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
-    assert not found, "backend names compared outside deploytk/backends/ (ask the Backend instead):\n" + "\n".join(found)
+            if home in path.relative_to(ROOT).parts:
+                continue
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                if pattern.search(line):
+                    found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not found, f"names compared outside deploytk/{home}/:\n" + "\n".join(found)
 
 
 def test_the_check_finds_what_it_looks_for():
-    assert COMPARED.search('if backend.name == "trt" and x:') and COMPARED.search("if name in ('ort', 'ort-cuda'):")
-    assert not COMPARED.search('help="ort | openvino"') and not COMPARED.search('get_backend("ort")')
+    backend, method = compared(BACKENDS), compared(METHODS)
+    assert backend.search('if backend.name == "trt" and x:') and backend.search("if name in ('ort', 'ort-cuda'):")
+    assert method.search('if cfg.merge.method != "atm":') and method.search('if method == "tome" and model == m:')
+    assert not backend.search('help="ort | openvino"') and not backend.search('get_backend("ort")')
+    assert not method.search('get_method("atm")')
 
 
 def test_every_backend_names_itself_for_reports_and_says_whether_it_needs_a_build(tmp_path):

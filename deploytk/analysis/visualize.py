@@ -39,9 +39,8 @@ from deploytk.errors import DeploytkError
 from deploytk.files import FileOutput
 from deploytk.merging.learned import LearnedMerge
 from deploytk.merging.merged_vit import MergedViT
+from deploytk.ops import OPS
 
-#: ops whose ``dest`` covers the patch tokens only (slots numbered after the protected prefix)
-PATCH_ONLY_OPS = frozenset({"ats_sample", "kmedoids_select", "dpcknn_assign"})
 #: --colors: each token in the mean colour of its patches (ToMe's pictures), or one of a fixed palette
 COLORS = ("mean", "random")
 #: how many reducing blocks are drawn when --layers is not given
@@ -223,8 +222,9 @@ def _record(i: int, n_in: int, n_out: int, calls: list, mixed: list, protected: 
     if calls:
         op, args, dest = calls[0]
         dest = dest[0].detach().cpu().numpy()
-        offset = protected if op in PATCH_ONLY_OPS else 0
-        rest = int(args[1]) + int(args[2]) if op == "topk_select" else None  # TopKSelect(scores, keep, protected)
+        spec = next(s for s in OPS.values() if s.torch_name == op)  # what the op's dest numbers is declared in its spec
+        offset = protected if spec.dest_covers_patches_only else 0
+        rest = spec.rest_slot(args) if spec.rest_slot else None
         return replace(rec, kind="match", op=op, dest=dest, offset=offset, rest_slot=rest)
     if mixed:
         weights = mixed[0][0].float().cpu().numpy()

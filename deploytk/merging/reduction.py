@@ -59,6 +59,24 @@ class Reduction(nn.Module):
     #: the schedule knob `deploytk tune` searches: ``r`` (per-layer merges), ``keep_rate`` or ``quantile`` (ATM's
     #: calibration statistic); None where the token counts are trained into the method's layers
     tune_knob: ClassVar[str | None] = None
+    #: the method's r is data-dependent: ``calibration_pass(model, images)`` returns the r each block takes on a batch,
+    #: and `deploytk calibrate` fixes a quantile of it per block; ``calibration_statistic`` says so (``{q}``: the quantile)
+    calibrated: ClassVar[bool] = False
+    calibration_statistic: ClassVar[str] = ""
+
+    def calibration_pass(self, model, images) -> list[int]:
+        """The r each block takes on ``images`` when the method runs dynamically (``calibrated`` methods)."""
+        raise NotImplementedError(f"method {self.name} has no data-dependent schedule to calibrate")
+
+    def calibration_settings(self) -> dict:
+        """The settings a calibration ran with, recorded beside its result (ATM: thresholds, split layer)."""
+        return {}
+
+    @classmethod
+    def tuning_points(cls, options: MethodOptions) -> list[tuple[str, dict, dict]]:
+        """Settings `tune` tries (each calibrated at the median) instead of quantiles of one calibration run:
+        [(label, what the report shows, merge.options overrides)]; none by default."""
+        return []
 
     def __init__(self, vit: nn.Module, r_per_layer: list[int], options: MethodOptions):
         super().__init__()

@@ -182,6 +182,28 @@ class ATM(Reduction):
     Options = ATMOptions
     ops = ("ToMeMatch", "SizeSplitMatch", "TokenAggregate")
     tune_knob = "quantile"  # r is calibrated: tune searches the Table A2 points of a preset, else quantiles of one calibration
+    calibrated = True
+    calibration_statistic = (
+        "per layer: the {q:g}-quantile (floored) over calibration batches of ATM's batch-adaptive r, where a batch's r is the "
+        "floor of the mean over its images of the number of pairs whose cosine similarity exceeds theta_l"
+    )
+
+    def calibration_settings(self) -> dict:
+        return {"thresholds": [round(t, 6) for t in self.thresholds], "split_layer": self.split_layer}
+
+    @classmethod
+    def tuning_points(cls, options: ATMOptions) -> list[tuple[str, dict, dict]]:
+        """With ``preset``: every point of the paper's Table A2 for that DeiT."""
+        if not options.preset:
+            return []
+        return [
+            (
+                f"{options.preset} {p.gflops:g}G point",
+                {"preset": options.preset, "paper_gflops": p.gflops, "alpha": p.alpha, "beta": p.beta, "theta_min": p.theta_min},
+                {"gflops": p.gflops, "calibration": None},
+            )
+            for p in PRESETS[options.preset]
+        ]
 
     def __init__(self, vit, r_per_layer: list[int], options: ATMOptions):
         super().__init__(vit, r_per_layer, options)

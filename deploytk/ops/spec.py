@@ -107,6 +107,10 @@ class OpSpec:
     #: an op-specific proof that a different choice is a near-tie, where random input perturbations
     #: cannot show it: (the op's arguments for one image, the other choice) -> bool (ATS's nearest-CDF picks)
     near_tie: Callable | None = None
+    #: matching ops: ``dest`` numbers the patch tokens only (its slots count after the protected prefix), not every token
+    dest_covers_patches_only: bool = False
+    #: matching ops that drop tokens into one slot: that slot, from the op's torch arguments (TopKSelect: protected + keep)
+    rest_slot: Callable[[tuple], int] | None = None
 
     @property
     def torch_name(self) -> str:

@@ -204,7 +204,7 @@ def test_calibration_bad_input():
     cfg = load_config(ROOT / "export_configs" / "deit_tiny_atm.yaml")
     with pytest.raises(DeploytkError, match="calibration needs images"):
         calibrate(cfg, [], 0.5, "none")
-    with pytest.raises(DeploytkError, match="calibration is for method atm"):
+    with pytest.raises(DeploytkError, match=r"calibration is for the methods whose r depends on the data \(atm\); this config uses 'mctf'"):
         calibrate(load_config(ROOT / "export_configs" / "deit_tiny_mctf_r8.yaml"), [np.zeros((1, 3, 224, 224), np.float32)], 0.5, "x")
 
 
@@ -234,7 +234,7 @@ def test_calibrate_cli_without_images_fails_cleanly_and_writes_nothing(tmp_path)
     result = CliRunner().invoke(
         app, ["calibrate", str(ROOT / "export_configs" / "deit_tiny_mctf_r8.yaml"), "--synthetic", "2", "--output", str(out)]
     )
-    assert result.exit_code == 2 and "calibration is for method atm" in result.output
+    assert result.exit_code == 2 and "calibration is for the methods whose r depends on the data (atm)" in " ".join(result.output.split())
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 

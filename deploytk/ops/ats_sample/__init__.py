@@ -67,5 +67,6 @@ SPEC = OpSpec(
     kernel="deploytk.ops.ats_sample.kernel",
     selftest=SelftestPlan("sampling", _selftest_calls, ties_when_perturbed(0, ats_near_tie, unbatched=(2,))),
     matching=True,
+    dest_covers_patches_only=True,
     near_tie=ats_near_tie,
 )

@@ -60,4 +60,5 @@ SPEC = OpSpec(
     kernel="deploytk.ops.dpcknn_assign.kernel",
     selftest=SelftestPlan("clustering", _selftest_calls, ties_when_perturbed(0)),
     matching=True,
+    dest_covers_patches_only=True,
 )

@@ -63,4 +63,5 @@ SPEC = OpSpec(
     kernel="deploytk.ops.kmedoids_select.kernel",
     selftest=SelftestPlan("clustering", _selftest_calls, ties_when_perturbed(0)),
     matching=True,
+    dest_covers_patches_only=True,
 )
