@@ -17,8 +17,10 @@ that protobuf.
 
 from __future__ import annotations
 
+import importlib.resources
 import re
 import shutil
+import string
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +56,8 @@ TRITON_DTYPES = {
 _NAME_OK = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _ONNX_RUNTIME = {"platform": "onnxruntime_onnx", "backend": "onnxruntime", "file": "model.onnx"}
 _TENSORRT = {"platform": "tensorrt_plan", "backend": "tensorrt", "file": "model.plan"}
+#: the model folder's README.md (string.Template: $-placeholders filled by _readme)
+README_TEMPLATE = string.Template((importlib.resources.files("deploytk") / "templates" / "triton_model_README.md").read_text())
 #: config.pbtxt's first line: how a later `package` knows the model folder is deploytk's
 CONFIG_HEADER = "# written by `deploytk package`; Triton's model configuration (protobuf text format)"
 
@@ -373,54 +377,26 @@ def _readme(
         if artifact.output_kind == "logits"
         else f'print(result.as_numpy("{y.name}").shape)  # (batch, {", ".join(map(str, y.dims))})'
     )
-    return f"""# Triton model `{name}`
-
-Written by `deploytk package` from `{artifact.directory}` ({manifest.get("model", {}).get("name", "?")}, {method}, {precision};
-model.onnx sha256 `{onnx_info.get("sha256", "?")[:16]}...`).
-
-```
-{name}/
-  config.pbtxt     platform {runtime["platform"]} (backend {runtime["backend"]}), max_batch_size {max_batch}, dynamic batching
-  {VERSION_DIR}/{runtime["file"]:<14} version 1
-  README.md        this file
-```
-
-{runs}
-
-| | name | datatype | dims (after the batch dimension) |
-|---|---|---|---|
-{chr(10).join(io_rows)}
-
-Requests carry a leading batch dimension of 1 to {max_batch}; the dynamic batcher joins concurrent requests into
-batches of up to {max_batch} (waiting at most {QUEUE_DELAY_US} microseconds).
-
-## Serve it
-
-From the model repository (the directory that holds `{name}/`), with NVIDIA's Triton container
-(`<yy.mm>`: a release that meets the requirements above).{gpu_note}
-
-```bash
-docker run --rm --gpus all -p 8000:8000 -p 8001:8001 -p 8002:8002 -v "$PWD":/models \\
-  nvcr.io/nvidia/tritonserver:<yy.mm>-py3 tritonserver --model-repository=/models
-curl -s localhost:8000/v2/models/{name}/ready -o /dev/null -w "%{{http_code}}\\n"   # 200 once loaded
-```
-
-## Request it
-
-`pip install 'tritonclient[http]'` (or `pip install 'deploytk[serve]'`), then:
-
-```python
-import numpy as np
-import tritonclient.http as httpclient
-
-client = httpclient.InferenceServerClient(url="localhost:8000")
-batch = np.zeros(({example_shape}), dtype=np.{np_dtype})  # your preprocessed images, shape (batch, {", ".join(map(str, x.dims))})
-inputs = [httpclient.InferInput("{x.name}", list(batch.shape), "{x.triton_dtype}")]
-inputs[0].set_data_from_numpy(batch)
-outputs = [httpclient.InferRequestedOutput("{y.name}")]
-result = client.infer("{name}", inputs, outputs=outputs)
-{last}
-```
-
-Images are preprocessed as for the PyTorch model (the timm model's resize and mean/std normalisation).
-"""
+    return README_TEMPLATE.substitute(
+        name=name,
+        artifact=artifact.directory,
+        model=manifest.get("model", {}).get("name", "?"),
+        method=method,
+        precision=precision,
+        sha=onnx_info.get("sha256", "?")[:16],
+        platform=runtime["platform"],
+        backend=runtime["backend"],
+        max_batch=max_batch,
+        model_file=f"{VERSION_DIR}/{runtime['file']:<14}",
+        runs=runs,
+        io_rows="\n".join(io_rows),
+        queue_delay_us=QUEUE_DELAY_US,
+        gpu_note=gpu_note,
+        example_shape=example_shape,
+        np_dtype=np_dtype,
+        input_dims=", ".join(map(str, x.dims)),
+        input_name=x.name,
+        input_dtype=x.triton_dtype,
+        output_name=y.name,
+        last=last,
+    )

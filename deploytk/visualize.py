@@ -1,6 +1,6 @@
 """`deploytk visualize`: draw where every patch of an image went, block by block, from PyTorch's or a runtime's choices.
 
-The PyTorch reference is run with source tracking (``deploytk.analysis.visualize``). With
+The PyTorch reference is run with source tracking (``deploytk.analysis.token_map``). With
 ``backend="reference"`` its own choices are drawn. With a runtime (``ort``, ``ort-cuda``,
 ``openvino``) the config is exported (or ``artifacts`` is read), the ``dest`` output of every
 deploytk matching/selection node becomes an extra graph output (in memory), the runtime runs the
@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from deploytk.analysis.visualize import (
+from deploytk.analysis.token_map import (
     COLORS,
     Sources,
     check_layers_exist,

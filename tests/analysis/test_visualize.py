@@ -11,7 +11,7 @@ from conftest import digits_config
 from PIL import Image
 from typer.testing import CliRunner
 
-from deploytk.analysis.visualize import choose_layers, load_image, png_size, save_figure, track_sources
+from deploytk.analysis.token_map import choose_layers, load_image, png_size, save_figure, track_sources
 from deploytk.cli import app
 from deploytk.config import config_from_dict
 from deploytk.errors import DeploytkError
