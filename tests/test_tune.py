@@ -186,6 +186,7 @@ def test_tune_on_digits_picks_a_schedule_that_meets_the_budget_where_the_next_mi
     assert ok.exit_code == 0, ok.output
     report = json.loads(ok.stdout)
     chosen, nxt = report["chosen"], report["next_less_aggressive"]
+    assert report["command"].startswith(f"deploytk tune {TOME} --budget-ms ") and "--iterations" in report["command"]
     assert report["outcome"] == "ok" and chosen["latency_ms"] <= report["budget_ms"] < nxt["latency_ms"]
     # the choice is the least aggressive schedule whose exact GFLOPs fit: independent of the search's order of runs
     fits = lambda row: FIXED_MS + DENSE_MS * row["gflops"] / report["dense_gflops"] <= OK_BUDGET_MS + 1e-3  # noqa: E731

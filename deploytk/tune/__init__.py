@@ -22,6 +22,7 @@ The parts: ``candidates`` (planning), ``search`` (bisection), ``measure`` (expor
 from __future__ import annotations
 
 import json
+import shlex
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -121,6 +122,13 @@ def tune(
         output.write_yaml(header + yaml.safe_dump(new, sort_keys=False))
         report["output"] = str(output.path)
     report["report"] = str(report_out.path)
+    report["command"] = shlex.join(  # what reproduces this run (every option spelled out, defaults included)
+        ["deploytk", "tune", str(config), "--budget-ms", f"{budget_ms:g}", "--batch", str(batch), "--backend", backend.name]
+        + ["--percentile", percentile, "--warmup", str(warmup), "--iterations", str(iterations)]
+        + (["--data", str(data), "--limit", str(limit)] if data is not None else [])
+        + (["--inflections", ",".join(f"{v:g}" for v in inflections)] if inflections else [])
+        + ["--output", str(output.path), "--cache", str(cache)]
+    )
     report["plot"] = plot(report, plot_out)
     report_out.write_json(report)
     return report
