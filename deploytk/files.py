@@ -138,12 +138,12 @@ class DirectoryOutput:
     @contextlib.contextmanager
     def write(self) -> Iterator[Path]:
         claim = claim_directory(self.path, self.kind, option=self.option, force=self.force)  # the folder may have changed since
-        target = self.path
+        target, tmp = self.path, None
         made = _created_parents(target)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-        _default_mode(tmp, 0o777)
         try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+            _default_mode(tmp, 0o777)
             yield tmp
             if not target.exists():
                 tmp.rename(target)
@@ -152,7 +152,8 @@ class DirectoryOutput:
             else:
                 _replace_in_place(tmp, target, self.kind)  # keeps the user's files (or an empty folder they made) where they are
         except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
             _remove_if_empty(made)
             raise
 
