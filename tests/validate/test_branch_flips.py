@@ -34,14 +34,22 @@ def test_probed_model_exposes_every_matching_node(digits_mctf):
     assert all(p.dest in outputs and set(p.inputs) <= outputs for p in probes)
 
 
-def test_a_matching_op_with_a_constant_input_is_probed_too(tmp_path):
-    """ATSSample's ``steps`` is an initializer, not a node output: a presence check that missed initializers left ATS
-    configs without their near-tie diagnosis."""
-    out = export_config("digits_vit_ats_k70", tmp_path / "ats")
-    model, probes = with_matching_outputs(out / "model.onnx")
-    assert [p.op for p in probes] == ["ATSSample"] * 3
-    initializers = {i.name for i in model.graph.initializer}
-    assert any(name in initializers for p in probes for name in p.inputs)
+def test_a_matching_op_with_a_constant_input_is_probed_too():
+    """In an ATS export, ATSSample's ``steps`` is an initializer, not a node output (``reduction.steps_3``): a presence
+    check that missed initializers left ATS configs without their near-tie diagnosis."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("ATSSample", ["scores", "reduction.steps_3"], ["dest"], domain="deploytk")],
+        "g",
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["B", 65])],
+        [helper.make_tensor_value_info("dest", TensorProto.INT64, ["B", 65])],
+        initializer=[helper.make_tensor("reduction.steps_3", TensorProto.FLOAT, [4], [0.1, 0.4, 0.6, 0.9])],
+    )
+    opsets = [helper.make_opsetid("", 18), helper.make_opsetid("deploytk", 1)]
+    model, probes = with_matching_outputs(helper.make_model(graph, opset_imports=opsets))
+    assert [(p.op, p.inputs, p.dest) for p in probes] == [("ATSSample", ["scores", "reduction.steps_3"], "dest")]
+    assert {o.name for o in model.graph.output} == {"scores", "reduction.steps_3", "dest"}
 
 
 def test_reference_replayed_with_its_own_choices_is_unchanged(digits_mctf):
