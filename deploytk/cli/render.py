@@ -175,11 +175,11 @@ def profile(result: dict, json_out: bool) -> None:
     settings = _settings(result["r"], result["method_options"])
     title = f"{result['model']} {result['method']} {settings} {result['precision']} on {result['device']['backend']} ({device})"
     table = _table(title, ())
-    for col in ("batch", "merged p50 ms", "p90", "p99", "max", "mean", "runs", "img/s", "dense p50 ms", "speedup"):
-        table.add_column(col, justify="right")
+    for col in ("batch", "p50 ms", "p90", "p99", "max", "runs", "img/s", "dense p50", "speedup"):  # mean: in --json
+        table.add_column(col, justify="right", no_wrap=True)
     for row in result["results"]:
         lat, dense = row["latency_ms"], row["dense"]["latency_ms"]
-        cells = [lat.get(k) for k in ("p50", "p90", "p99", "max", "mean")]  # p90/p99 only where enough runs back them
+        cells = [lat.get(k) for k in ("p50", "p90", "p99", "max")]  # p90/p99 only where enough runs back them
         table.add_row(
             str(row["batch_size"]),
             *("-" if v is None else f"{v:.2f}" for v in cells),
