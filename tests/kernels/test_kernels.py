@@ -2,8 +2,10 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -49,6 +51,23 @@ def test_interpreter_selftest_passes_for_every_op():
     mctf = [c["shape"] for c in cases if c["op"] == "MctfMatch"]
     assert {m["bidirection"] for m in mctf} == {True, False} and {m["protected"] for m in mctf} >= {0, 1, 2}  # all slot orders
     assert {tuple(m["taus"]) for m in mctf} == {(1.0, 20.0, 40.0), (1.0, 0.0, 0.0)}
+    assert_readme_counts(cases)
+
+
+def assert_readme_counts(cases):
+    """The README's "Verified on" counts of interpreter selftest cases are this run's counts."""
+    from collections import Counter
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    paragraph = " ".join(readme[readme.index("TRITON_INTERPRET=1 deploytk selftest` passes") :].split("\n- ")[0].split())
+    assert f"{len(cases)} cases over the {len({c['op'] for c in cases})} ops" in paragraph
+    per_op = Counter(c["op"] for c in cases)
+    for op, count in per_op.items():
+        claims = re.findall(rf"{op}[^()]*\((\d+)[^)]*\)", paragraph)
+        if claims:
+            assert int(claims[0]) == count, (op, count, claims)
+    claimed = {op for op in per_op if re.search(rf"{op}[^()]*\(\d+", paragraph)}
+    assert claimed == set(per_op) - {"TokenAggregate", "ProportionalAttention"}, claimed  # every matching op's count is stated
 
 
 def test_selftest_without_gpu_or_interpreter_says_what_to_do():
