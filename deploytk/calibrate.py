@@ -18,8 +18,8 @@ import numpy as np
 import torch
 import yaml
 
-from deploytk.config import DeployConfig, config_from_dict, load_config
-from deploytk.data import folder_batches, model_input_size, synthetic_batches
+from deploytk.config import DeployConfig, config_from_dict, load_config, portable
+from deploytk.data import folder_batches, synthetic_batches
 from deploytk.errors import DeploytkError
 from deploytk.files import claim_yaml
 from deploytk.methods import METHODS, get_method
@@ -112,12 +112,12 @@ def calibrate_config(
     model = build_reference(cfg)
     progress.step("loading calibration images")
     if images is not None:
-        batches = folder_batches(images, num_images, batch_size, model.vit)
+        batches = folder_batches(images, num_images, batch_size, model.family.eval_transform())
         source = f"images: {images}"
     else:
-        batches = synthetic_batches(synthetic, batch_size, model_input_size(model.vit))  # export.img_size: null is the model's own
+        batches = synthetic_batches(synthetic, batch_size, model.family.img_size)  # export.img_size: null is the model's own
         source = f"synthetic: {synthetic} seeded standard-normal images"
     data, report = calibrate(cfg, batches, quantile, source, progress, model)
     header = f"# Calibrated by `deploytk calibrate {config}` ({report['statistic']}).\n"
-    output.write_yaml(header + yaml.safe_dump(data, sort_keys=False))
+    output.write_yaml(header + yaml.safe_dump(portable(data, output.path), sort_keys=False))
     return {"output": str(output.path), **report}

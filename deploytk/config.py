@@ -6,6 +6,7 @@ what is allowed (with the YAML line for syntax errors).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -164,7 +165,31 @@ def load_config(path: str | Path) -> DeployConfig:
             hint="Write at least `model: <timm ViT name>` and `merge: {method: tome, r: 16}`; "
             f"{DEFAULT_CONFIG.name} in export_configs/ is a complete example.",
         )
-    return config_from_dict(data, str(path))
+    return _checkpoint_from_config_folder(config_from_dict(data, str(path)), path)
+
+
+def _checkpoint_from_config_folder(cfg: DeployConfig, path: Path) -> DeployConfig:
+    """A relative ``checkpoint`` in a config file names a file relative to that file's folder (so a config works from any
+    working directory); it is made absolute here, once."""
+    if not cfg.checkpoint or Path(cfg.checkpoint).expanduser().is_absolute():
+        return cfg
+    resolved = (path.parent / cfg.checkpoint).resolve()
+    if not resolved.exists() and Path(cfg.checkpoint).exists():
+        relative = os.path.relpath(Path(cfg.checkpoint).resolve(), path.parent.resolve())
+        raise DeploytkError(
+            f"config {path}: `checkpoint: {cfg.checkpoint}` is read relative to the config's folder ({resolved} does not "
+            "exist); the file it meant is relative to the working directory.",
+            hint=f"Write `checkpoint: {relative}` (or an absolute path).",
+        )
+    return cfg.model_copy(update={"checkpoint": str(resolved)})
+
+
+def portable(data: dict, destination: Path) -> dict:
+    """Config data about to be written to ``destination``: its checkpoint relative to that file's folder, as it is read."""
+    checkpoint = data.get("checkpoint")
+    if checkpoint and Path(checkpoint).is_absolute():
+        data = {**data, "checkpoint": os.path.relpath(checkpoint, Path(destination).resolve().parent)}
+    return data
 
 
 def apply_overrides(cfg: DeployConfig, **overrides) -> DeployConfig:

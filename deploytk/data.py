@@ -1,8 +1,8 @@
 """Input batches for validation and profiling: seeded synthetic images, or a folder of real ones.
 
 Real images are read in one place, :func:`read_rgb` (every command: validate --images, eval,
-calibrate, tune --data, visualize), and then go through :func:`timm_eval_transform` (timm's own
-eval preprocessing for the model, at the model's actual input size).
+calibrate, tune --data, visualize), and then go through the model family's own eval preprocessing
+(``ModelFamily.eval_transform``: timm's for a timm model, at the model's actual input size).
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageOps
-from timm.data import create_transform, resolve_data_config
 
 from deploytk.errors import DeploytkError
 
@@ -63,38 +62,17 @@ def synthetic_batches(num_images: int, batch_size: int, img_size, seed: int = 0)
     return batches
 
 
-def model_input_size(vit) -> tuple[int, int] | None:
-    """(H, W) the model was built for (``export.img_size``), or None if it does not say."""
-    img = getattr(getattr(vit, "patch_embed", None), "img_size", None)
-    if img is None:
-        return None
-    return (int(img), int(img)) if isinstance(img, int) else (int(img[0]), int(img[1]))
-
-
-def timm_eval_transform(vit):
-    """timm's eval transform for ``vit``: ``resolve_data_config({}, model=vit)`` + ``create_transform``.
-
-    The input size is the model's own (``patch_embed.img_size``): a model built with a
-    non-default ``img_size`` keeps its pretrained_cfg's 224, which would not fit it. Resize
-    ratio (crop_pct), interpolation, mean and std stay timm's.
-    """
-    size = model_input_size(vit)
-    args = {"input_size": (3, *size)} if size else {}
-    return create_transform(**resolve_data_config(args, model=vit))
-
-
 def load_images(files: list[Path], transform) -> np.ndarray:
     """``files`` read by ``read_rgb`` and preprocessed by ``transform``, stacked to float32 [N, 3, H, W]."""
     return np.stack([transform(read_rgb(f)).numpy() for f in files]).astype(np.float32)
 
 
-def folder_batches(folder: Path, num_images: int, batch_size: int, vit) -> list[np.ndarray]:
-    """Up to ``num_images`` images from ``folder`` (recursively), preprocessed as timm would for ``vit``."""
+def folder_batches(folder: Path, num_images: int, batch_size: int, transform) -> list[np.ndarray]:
+    """Up to ``num_images`` images from ``folder`` (recursively), preprocessed by ``transform`` (the model family's own)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise DeploytkError(f"image folder {folder} does not exist (--images).")
     files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)[:num_images]
     if not files:
         raise DeploytkError(f"image folder {folder} holds no images ({', '.join(sorted(IMAGE_SUFFIXES))}).")
-    transform = timm_eval_transform(vit)
     return [load_images(files[i : i + batch_size], transform) for i in range(0, len(files), batch_size)]

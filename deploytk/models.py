@@ -19,6 +19,7 @@ from torch import nn
 
 from deploytk.config import DeployConfig
 from deploytk.errors import DeploytkError
+from deploytk.families import ModelFamily, adapt, family_named
 from deploytk.merging.merged_vit import MergedViT, build_merged
 from deploytk.methods import METHODS, get_method
 
@@ -26,7 +27,10 @@ RANDOM_INIT_SEED = 0
 
 
 def create_vit(cfg: DeployConfig) -> nn.Module:
-    """The plain timm model with the config's weights, in eval mode."""
+    """The plain model with the config's weights, in eval mode: a timm model, or one of a family named by prefix (``hf:``)."""
+    family = family_named(cfg.model)
+    if family is not None:
+        return _create_named(cfg, family)
     if not timm.is_model(cfg.model):
         close = difflib.get_close_matches(cfg.model, timm.list_models(), n=3)
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
@@ -72,6 +76,34 @@ def create_vit(cfg: DeployConfig) -> nn.Module:
     if cfg.checkpoint:
         load_checkpoint(model, Path(cfg.checkpoint), get_method(cfg.merge.method).checkpoint_prefix)
     return model.eval()
+
+
+def create_model(cfg: DeployConfig) -> ModelFamily:
+    """The config's model with its weights, seen through its family's adapter."""
+    return adapt(create_vit(cfg))
+
+
+def _create_named(cfg: DeployConfig, family: type[ModelFamily]) -> nn.Module:
+    """A model its family loads whole (a transformers folder or Hub id holds the architecture and the weights)."""
+    if cfg.model_kwargs:
+        raise DeploytkError(
+            f"`model_kwargs` ({', '.join(cfg.model_kwargs)}) are for timm models; {cfg.model} is built from its own config.json."
+        )
+    if cfg.checkpoint:
+        raise DeploytkError(
+            f"`checkpoint` is for timm models; {cfg.model} loads its weights from its own folder (model.safetensors).",
+            hint="Save the fine-tuned model with save_pretrained and point `model: hf:<that folder>` at it.",
+        )
+    torch.manual_seed(RANDOM_INIT_SEED)
+    model = family.load(cfg.model)
+    size = adapt(model).img_size
+    if cfg.export.img_size and (cfg.export.img_size, cfg.export.img_size) != size:
+        raise DeploytkError(
+            f"`export.img_size` = {cfg.export.img_size}, but {cfg.model} is built for {size[0]}x{size[1]} (its config.json's "
+            "image_size); deploytk does not resample a transformers model's position embedding.",
+            hint=f"Set `export.img_size: {size[0]}` or `export.img_size: null` (the model's own size).",
+        )
+    return model
 
 
 def _require_whole_patches(model: VisionTransformer, cfg: DeployConfig) -> None:
@@ -167,7 +199,7 @@ def split_checkpoint(state: dict[str, torch.Tensor], prefix: str | None) -> tupl
 
 def load_checkpoint(model: nn.Module, path: Path, skip_prefix: str | None = None) -> None:
     """Load a checkpoint's timm keys strictly (``skip_prefix.*`` belongs to a learned method)."""
-    state = split_checkpoint(read_state_dict(path), skip_prefix)[0]
+    state = adapt(model).convert_checkpoint(split_checkpoint(read_state_dict(path), skip_prefix)[0])
     learned_by: dict[str, list[str]] = {}  # checkpoint prefix -> the learned methods that save their layers there
     for m in METHODS.values():
         if m.checkpoint_prefix:

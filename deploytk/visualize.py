@@ -36,7 +36,6 @@ from deploytk.analysis.token_map import (
 )
 from deploytk.backends import BACKENDS, get_backend
 from deploytk.config import DeployConfig
-from deploytk.data import model_input_size
 from deploytk.errors import DeploytkError
 from deploytk.export.artifacts import Artifact
 from deploytk.export.pipeline import run_export
@@ -114,9 +113,9 @@ def trace(
     progress.step("building the PyTorch reference")
     model = build_reference(cfg).eval()
     if artifact is not None:
-        artifact.require_exported_from(cfg, config_name, model_input_size(model.vit))
-    check_layers_exist(layers, len(model.vit.blocks))  # before any export
-    x = load_image(image, model.vit)
+        artifact.require_exported_from(cfg, config_name, model.family.img_size)
+    check_layers_exist(layers, model.family.depth)  # before any export
+    x = load_image(image, model.family)
     progress.step("tracking every patch through the reference")
     sources = track_sources(model, x)
     if backend != REFERENCE:
@@ -138,8 +137,8 @@ def trace(
 
 def picture(traced: Traced, chosen: list[int], colors: str = "mean") -> tuple[list[np.ndarray], list[str], str]:
     """(panels: the input image then one per chosen block, uint8 RGB; their titles; the caption)."""
-    sources, vit = traced.sources, traced.model.vit
-    shown = display_image(vit, traced.image)
+    sources = traced.sources
+    shown = display_image(traced.model.family, traced.image)
     panels = [draw(shown, sources, b, colors) for b in chosen]
     scale = panels[0].shape[0] // shown.shape[0]
     original = (np.repeat(np.repeat(shown, scale, axis=0), scale, axis=1) * 255).round().astype(np.uint8)

@@ -58,21 +58,20 @@ def config_path(method: str) -> Path:
     return ROOT / "export_configs" / f"digits_vit_{method}_k70.yaml"
 
 
-def policy_attention(attn, x, policy, eps: float = 1e-6):
-    """timm Attention with the dropped tokens masked as DynamicViT trains (each token still sees itself)."""
+def policy_attention(blk, x, policy, eps: float = 1e-6):
+    """A block's attention (its family's ``BlockParts``) with the dropped tokens masked as DynamicViT trains (each token
+    still sees itself)."""
     import torch
 
-    from deploytk.merging.attention import attention_output, qkv_heads
-
-    q, k, v = qkv_heads(attn, x)
-    logits = (q * attn.scale) @ k.transpose(-2, -1)
+    q, k, v = blk.qkv(x)
+    logits = (q * blk.scale) @ k.transpose(-2, -1)
     n = x.shape[1]
     mask = policy.reshape(-1, 1, 1, n)
     eye = torch.eye(n, dtype=mask.dtype).view(1, 1, n, n)
     mask = mask + (1.0 - mask) * eye
     weights = (logits - logits.amax(dim=-1, keepdim=True)).exp() * mask
     probs = (weights + eps / n) / (weights.sum(dim=-1, keepdim=True) + eps)
-    return attention_output(attn, probs @ v)
+    return blk.attn_output(probs @ v)
 
 
 def dynamicvit_train_forward(model, images):
@@ -80,22 +79,21 @@ def dynamicvit_train_forward(model, images):
     import torch
     import torch.nn.functional as F
 
-    vit, reduction = model.vit, model.reduction
-    x = vit.norm_pre(vit.patch_drop(vit._pos_embed(vit.patch_embed(images))))
+    family, reduction = model.family, model.reduction
+    x = family.embed(images)
     b, p = x.shape[0], reduction.protected
     keep = torch.ones(b, x.shape[1] - p, 1)
     policy = torch.ones(b, x.shape[1], 1)
     decisions = []
-    for i, blk in enumerate(vit.blocks):
+    for i, blk in enumerate(family.blocks):
         if i in reduction.stage:
             scores = reduction.layer(i)(x[:, p:], keep)
             keep = F.gumbel_softmax(scores, hard=True)[..., :1] * keep
             decisions.append(keep[..., 0])
             policy = torch.cat([torch.ones(b, p, 1), keep], dim=1)
-        x = x + blk.drop_path1(blk.ls1(policy_attention(blk.attn, blk.norm1(x), policy)))
-        x = model.mlp_residual(blk, x)
-    x = vit.norm(x)
-    return vit.head(x[:, 0]), x[:, p:], keep, decisions
+        x = blk.mlp_residual(blk.attn_residual(x, policy_attention(blk, blk.attn_input(x), policy)))
+    x = family.final_norm(x)
+    return model.vit.head(x[:, 0]), x[:, p:], keep, decisions
 
 
 def dense_features(teacher, images):
@@ -197,13 +195,12 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     seed_everything(args.seed, args.threads)
     from deploytk.config import load_config
-    from deploytk.data import timm_eval_transform
     from deploytk.evaluate.accuracy import scan_image_folder
     from deploytk.evaluate.digits import write_digits_imagefolder
-    from deploytk.models import create_vit
+    from deploytk.models import create_model
 
     dense_cfg = load_config(ROOT / "export_configs" / "digits_vit_dense.yaml")
-    transform = timm_eval_transform(create_vit(dense_cfg.model_copy(update={"checkpoint": None})))
+    transform = create_model(dense_cfg.model_copy(update={"checkpoint": None})).eval_transform()
     with tempfile.TemporaryDirectory(prefix="digits-") as tmp:
         write_digits_imagefolder(Path(tmp), img_size=dense_cfg.export.img_size)
         data = (

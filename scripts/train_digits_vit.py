@@ -4,7 +4,7 @@ The model is exactly what ``export_configs/digits_vit_dense.yaml`` builds (``cre
 the config's model_kwargs and img_size, random init seed 0); the data is scikit-learn's
 bundled 8x8 digits written as an ImageFolder tree by ``write_digits_imagefolder`` (fixed
 stratified split: 1347 train / 450 val). Images go through the eval preprocessing that
-``deploytk eval`` uses (``timm_eval_transform``); training adds random shifts of up to
+``deploytk eval`` uses (the timm family's ``eval_transform``); training adds random shifts of up to
 ``--shift`` pixels (background-filled). Fixed seeds, ``torch.use_deterministic_algorithms``.
 
 The weights are stored as fp16 safetensors (``load_checkpoint`` casts them to the model's
@@ -132,9 +132,10 @@ def main(argv=None) -> int:
     from safetensors.torch import save_file
 
     from deploytk.config import load_config
-    from deploytk.data import timm_eval_transform
-    from deploytk.evaluate.accuracy import device_info, scan_image_folder
+    from deploytk.evaluate.accuracy import scan_image_folder
     from deploytk.evaluate.digits import write_digits_imagefolder
+    from deploytk.families import adapt
+    from deploytk.machine import host
     from deploytk.models import create_vit
 
     cfg = load_config(args.config)
@@ -156,7 +157,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="digits-") as tmp:
         data_root = args.data or Path(tmp) / "digits"
         counts = write_digits_imagefolder(data_root, img_size=img_size)
-        transform = timm_eval_transform(model)
+        transform = adapt(model).eval_transform()
         x_train, y_train = load_split(scan_image_folder(data_root / "train"), transform)
         x_val, y_val = load_split(scan_image_folder(data_root / "val"), transform)
     print(
@@ -243,7 +244,7 @@ def main(argv=None) -> int:
     shipped = create_vit(cfg.model_copy(update={"checkpoint": str(args.output)}))
     val_top1, val_top5 = accuracy(shipped, x_val, y_val)
     size_mb = args.output.stat().st_size / 1e6
-    print(f"trained {args.epochs} epochs in {train_seconds:.1f} s on {device_info()['cpu']} ({args.threads} threads)")
+    print(f"trained {args.epochs} epochs in {train_seconds:.1f} s on {host()['cpu']} ({args.threads} threads)")
     print(
         f"val top-1 {100 * val_top1:.2f}% top-5 {100 * val_top5:.2f}% (fp16 weights as shipped; "
         f"fp32 before rounding: {100 * fp32_top1:.2f}% / {100 * fp32_top5:.2f}%)"
@@ -258,7 +259,7 @@ def main(argv=None) -> int:
         "val_top1_fp32": fp32_top1,
         "params": params,
         "file_mb": round(size_mb, 2),
-        "device": device_info(),
+        "device": host(),
         "torch": torch.__version__,
         "history": history,
     }
@@ -291,7 +292,7 @@ pretrained weights (`deploytk eval`, `benchmarks/accuracy_vs_gflops.py`).
 | configs | `export_configs/digits_vit_dense.yaml` (r=0), `export_configs/digits_vit_tome_r4.yaml` (ToMe r=4), ... |
 | weights | `digits_vit.safetensors`, fp16 ({s["file_mb"]:.2f} MB); `load_checkpoint` casts to the model's fp32 |
 | data | `sklearn.datasets.load_digits()` (1797 images), stratified split `train_test_split(test_size=0.25, random_state=0, stratify=y)`: {counts["num_train"]} train / {counts["num_val"]} val; intensities 0..16 -> 0..255, 8x8 -> {cfg.export.img_size}x{cfg.export.img_size} PIL bicubic, RGB PNG (`deploytk.evaluate.digits.write_digits_imagefolder`) |
-| preprocessing | timm's eval transform for the model (`deploytk.data.timm_eval_transform`: resize {int(cfg.export.img_size / 0.9)} bicubic, center crop {cfg.export.img_size}, mean/std 0.5), the same as `deploytk eval` |
+| preprocessing | timm's eval transform for the model (`TimmViT.eval_transform` in `deploytk/families/timm_vit.py`: resize {int(cfg.export.img_size / 0.9)} bicubic, center crop {cfg.export.img_size}, mean/std 0.5), the same as `deploytk eval` |
 | training | initial position embedding {"2-D sin-cos x " + str(args.pos_scale) if args.pos_init == "sincos" else "timm's"} (then learned), AdamW (lr {args.lr}, weight decay {args.weight_decay} on matrices), batch {args.batch_size}, {args.epochs} epochs, {args.warmup_epochs} warm-up epochs then cosine, label smoothing {args.label_smoothing}, grad-norm clip 1.0, random shifts of up to {args.shift} px; seed {args.seed}, `torch.use_deterministic_algorithms(True)`, {args.threads} CPU threads |
 | train time | **{s["train_seconds"]:.0f} s** on {s["device"]["cpu"]} ({s["device"]["cpu_count"]} cores), torch {s["torch"]}, timm {timm.__version__} |
 | **val top-1** | **{100 * s["val_top1"]:.2f}%** (top-5 {100 * s["val_top5"]:.2f}%), {counts["num_val"]} images, fp16 weights as shipped (fp32 before rounding: {100 * s["val_top1_fp32"]:.2f}%) |

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from deploytk.data import load_images, read_rgb, timm_eval_transform
+from deploytk.data import load_images, read_rgb
 from deploytk.errors import DeploytkError
+from deploytk.families import adapt
 
 RNG = np.random.default_rng(0)
 H, W = 20, 28  # not square: a rotation shows
@@ -90,7 +91,7 @@ PNG_CASES = {
 def transform():
     import timm
 
-    return timm_eval_transform(timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=4, embed_dim=96, num_heads=3))
+    return adapt(timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=4, embed_dim=96, num_heads=3)).eval_transform()
 
 
 def model_input_of(rgb: np.ndarray, transform) -> np.ndarray:

@@ -48,7 +48,7 @@ def count_flops(model: MergedViT, img_size: tuple[int, int]) -> FlopReport:
     with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()):
         total = analysis.total()
         by_module = analysis.by_module()
-    blocks = [by_module.get(f"vit.blocks.{i}", 0) / 1e9 for i in range(len(model.vit.blocks))]
+    blocks = [by_module.get(f"vit.{model.family.block_path(i)}", 0) / 1e9 for i in range(model.family.depth)]
     for name, i in model.reduction.flop_blocks().items():  # a learned reducer's layers count in the block they reduce for
         blocks[i] += by_module.get(f"reduction.{name}", 0) / 1e9
     total_g = total / 1e9

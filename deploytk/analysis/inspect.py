@@ -14,7 +14,7 @@ from deploytk.progress import SILENT, Progress
 
 
 def img_size_of(model: MergedViT) -> tuple[int, int]:
-    return tuple(int(v) for v in model.vit.patch_embed.img_size)
+    return model.family.img_size
 
 
 def schedule_summary(model: MergedViT) -> dict:
@@ -41,7 +41,7 @@ def method_summary(cfg: DeployConfig) -> dict:
 def flops_summary(model: MergedViT) -> dict:
     img = img_size_of(model)
     merged = count_flops(model, img)
-    dense = count_flops(MergedViT.dense(model.vit, model.prop_attn), img)  # same weights, no reduction
+    dense = count_flops(MergedViT.dense(model.family, model.prop_attn), img)  # same weights, no reduction
     return {
         "gflops": round(merged.total_gflops, 4),
         "gflops_per_layer": [round(v, 4) for v in merged.per_block_gflops],

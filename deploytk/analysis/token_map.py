@@ -32,10 +32,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from timm.data import resolve_data_config
 
-from deploytk.data import load_images, timm_eval_transform
+from deploytk.data import load_images
 from deploytk.errors import DeploytkError
+from deploytk.families import ModelFamily
 from deploytk.files import FileOutput
 from deploytk.merging.learned import LearnedMerge
 from deploytk.merging.merged_vit import MergedViT
@@ -242,7 +242,7 @@ def track_sources(model: MergedViT, image: torch.Tensor) -> Sources:
     """Run ``model`` on one preprocessed image [1, 3, H, W] and return where every patch went after each block."""
     if image.ndim != 4 or image.shape[0] != 1:
         raise DeploytkError(f"track_sources takes one image [1, 3, H, W]; got shape {list(image.shape)}.")
-    grid = tuple(int(v) for v in model.vit.patch_embed.grid_size)
+    grid = model.family.grid_size
     with recording(model) as records, torch.no_grad():
         model(image)
     return Sources(grid, model.protected, records)
@@ -258,20 +258,18 @@ def require_image_file(path: Path) -> Path:
     return path
 
 
-def load_image(path: Path, vit) -> torch.Tensor:
-    """``path`` preprocessed as timm's eval transform for ``vit`` (as ``deploytk eval`` does): [1, 3, H, W]."""
+def load_image(path: Path, family: ModelFamily) -> torch.Tensor:
+    """``path`` preprocessed by the model family's eval transform (as ``deploytk eval`` does): [1, 3, H, W]."""
     path = require_image_file(path)
     try:
-        return torch.from_numpy(load_images([path], timm_eval_transform(vit)))
+        return torch.from_numpy(load_images([path], family.eval_transform()))
     except DeploytkError as err:
         raise DeploytkError(f"{err.message} --image takes a PNG or JPG file (anything Pillow reads).") from None
 
 
-def display_image(vit, image: torch.Tensor) -> np.ndarray:
+def display_image(family: ModelFamily, image: torch.Tensor) -> np.ndarray:
     """The preprocessed image as the model sees it, back in [0, 1] RGB [H, W, 3] (mean/std undone)."""
-    data = resolve_data_config({}, model=vit)
-    mean = np.asarray(data["mean"], dtype=np.float32)[:, None, None]
-    std = np.asarray(data["std"], dtype=np.float32)[:, None, None]
+    mean, std = (np.asarray(v, dtype=np.float32)[:, None, None] for v in family.normalization())
     return np.clip(image[0].numpy() * std + mean, 0, 1).transpose(1, 2, 0)
 
 

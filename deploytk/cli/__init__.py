@@ -28,6 +28,7 @@ from deploytk.doctor import environment_report
 from deploytk.errors import DeploytkError
 from deploytk.evaluate.accuracy import evaluate, scan_image_folder
 from deploytk.export.pipeline import run_export
+from deploytk.families import describe_families
 from deploytk.methods import describe_methods
 from deploytk.ops.selftest import run_selftest
 from deploytk.package import DEFAULT_ONNX_MAX_BATCH, package_triton
@@ -234,6 +235,13 @@ def methods(
 ):
     """List the token-reduction methods (`merge.method`) with their options (`merge.options`)."""
     render.methods(describe_methods(), json_out, markdown)
+
+
+@app.command()
+@handle_errors
+def families(json_out: bool = JSON):
+    """List the model families (`model:`) deploytk runs: timm ViTs and the Hugging Face transformers image towers."""
+    render.families(describe_families(), json_out)
 
 
 @app.command()

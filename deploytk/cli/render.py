@@ -268,6 +268,15 @@ def ops_text(method: dict) -> str:
     return ", ".join(method["ops"]) or "none (standard ONNX ops only)"
 
 
+def families(report: list[dict], json_out: bool) -> None:
+    if json_out:
+        return emit_json({"families": report})
+    table = _table("model families (`model:`)", ("family", "model:", "classes", "learned"), show_lines=True)
+    for f in report:
+        table.add_row(f["name"], f["model"], "\n".join(f["classes"]), "yes" if f["learned_reducers"] else "no")
+    out_console.print(table)
+
+
 def methods_markdown(report: list[dict]) -> str:
     """The README's methods table (a test holds the README to it)."""
     lines = [

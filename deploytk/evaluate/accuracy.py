@@ -1,9 +1,9 @@
 """`deploytk eval`: ImageFolder accuracy of the dense model, the merged reference and ONNX Runtime.
 
 One pass over the images computes, on identical preprocessed batches
-(:func:`deploytk.data.timm_eval_transform`, the preprocessing ``validate --images`` uses):
+(the model family's ``eval_transform``, the preprocessing ``validate --images`` uses):
 
-- ``dense``: the unmerged timm model (``create_vit``),
+- ``dense``: the unmerged model as its family calls it (``create_model(cfg).plain()``),
 - ``reference``: the merged PyTorch reference (``build_reference``),
 - ``ort``: the exported ONNX model on ONNX Runtime (CPU),
 
@@ -26,12 +26,12 @@ import torch
 
 from deploytk.backends import DEFAULT_BACKEND, Backend, get_backend
 from deploytk.config import DeployConfig
-from deploytk.data import IMAGE_SUFFIXES, load_images, model_input_size, timm_eval_transform
+from deploytk.data import IMAGE_SUFFIXES, load_images
 from deploytk.errors import DeploytkError
 from deploytk.export.artifacts import Artifact
 from deploytk.export.onnx_export import OUTPUT_NAME
 from deploytk.export.pipeline import run_export
-from deploytk.models import build_reference, create_vit
+from deploytk.models import build_reference, create_model
 from deploytk.progress import SILENT, Progress
 
 TOPK = 5
@@ -130,9 +130,10 @@ def evaluate(
     folder = scan_image_folder(data, limit)
     t_start = time.perf_counter()
     progress.step("building the unmerged model")
-    dense = create_vit(cfg)
-    img = model_input_size(dense)
-    num_classes = int(dense.num_classes)
+    family = create_model(cfg)
+    dense = family.plain()
+    img = family.img_size
+    num_classes = family.num_classes
     _check_classes(folder, num_classes, cfg)
     manifest = None
     if artifacts is not None:
@@ -141,7 +142,7 @@ def evaluate(
         manifest = artifact.manifest
     progress.step("building the merged reference")
     reference = build_reference(cfg)
-    transform = timm_eval_transform(dense)
+    transform = family.eval_transform()
     k = min(TOPK, num_classes)
     files = [f for f, _ in folder.samples]
     labels = np.array([c for _, c in folder.samples], dtype=np.int64)
@@ -231,12 +232,12 @@ def exported_accuracy(
     """Top-1/top-k of an exported artifact alone on ``backend`` (``tune`` ranks many candidates; ``evaluate`` also runs the references)."""
     backend = get_backend(backend, validating=True) if isinstance(backend, str) else backend
     artifact = Artifact.open(directory, verify=False)
-    vit = create_vit(artifact.config.model_copy(update={"checkpoint": None, "pretrained": False}))  # only for its preprocessing
-    _check_classes(folder, int(vit.num_classes), artifact.config)
-    transform = timm_eval_transform(vit)
+    family = create_model(artifact.config.model_copy(update={"checkpoint": None, "pretrained": False}))  # only for its preprocessing
+    _check_classes(folder, family.num_classes, artifact.config)
+    transform = family.eval_transform()
     files = [f for f, _ in folder.samples]
     labels = np.array([c for _, c in folder.samples], dtype=np.int64)
-    k = min(TOPK, int(vit.num_classes))
+    k = min(TOPK, family.num_classes)
     starts = range(0, len(files), batch_size)
     exported = backend.load(artifact, sorted({len(files[b : b + batch_size]) for b in starts}))
     top1 = topk = 0

@@ -20,11 +20,11 @@ from deploytk.models import build_reference
 
 
 def dense_model(merged: MergedViT, precision: str):
-    """timm's model itself in fp32; in low precision the same weights without reduction or
+    """The model itself in fp32, as its family calls it; in low precision the same weights without reduction or
     proportional attention, cast by the same rules as the merged graph."""
     if precision == "fp32":
-        return merged.vit
-    return to_precision(MergedViT.dense(copy.deepcopy(merged.vit), prop_attn=False), precision)
+        return merged.family.plain()
+    return to_precision(MergedViT.dense(copy.deepcopy(merged.family), prop_attn=False), precision)
 
 
 def baseline_onnx(artifact: Artifact, merged: MergedViT | None = None) -> Path:

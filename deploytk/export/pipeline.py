@@ -44,8 +44,9 @@ def run_export(cfg: DeployConfig, output: Path, progress: Progress = SILENT, fmt
         to_precision(model, cfg.export.precision)
     img = img_size_of(model)
     # a model without a head (num_classes=0: DINOv2, CLIP image towers) outputs its pooled features under the same name
-    output_kind = "logits" if model.vit.num_classes else "embedding"
-    output_width = int(model.vit.num_classes or model.vit.num_features)
+    family = model.family
+    output_kind = "logits" if family.num_classes else "embedding"
+    output_width = family.num_classes or family.num_features
     with target.write() as tmp:
         progress.step("exporting to ONNX (torch.onnx, dynamo)")
         t0 = time.perf_counter()
@@ -64,10 +65,11 @@ def run_export(cfg: DeployConfig, output: Path, progress: Progress = SILENT, fmt
             "config": config_to_dict(cfg) | {"checkpoint": str(Path(cfg.checkpoint).resolve()) if cfg.checkpoint else None},
             "model": {
                 "name": cfg.model,
+                "family": family.name,
                 "class": type(model.vit).__name__,
                 "img_size": list(img),
-                "num_classes": int(model.vit.num_classes),
-                "blocks": len(model.vit.blocks),
+                "num_classes": family.num_classes,
+                "blocks": family.depth,
                 "checkpoint_sha256": sha256_file(Path(cfg.checkpoint)) if cfg.checkpoint else None,
             },
             "schedule": schedule_summary(model),

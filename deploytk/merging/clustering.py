@@ -46,8 +46,8 @@ class ClusterReduction(Reduction):
     #: (learned layers run wherever they were trained, as the study's models do at keep_rate 1)
     reduces_at_every_layer: ClassVar[bool] = False
 
-    def __init__(self, vit, r_per_layer: list[int], options: ClusterOptions):
-        super().__init__(vit, r_per_layer, options)
+    def __init__(self, family, r_per_layer: list[int], options: ClusterOptions):
+        super().__init__(family, r_per_layer, options)
         self.layers = check_layers(options.layers, self.depth, self.name)
         patches = self.num_tokens - self.protected
         counts = dict(zip(self.layers, cluster_counts(patches, float(options.keep_rate), len(self.layers)), strict=True))

@@ -11,7 +11,6 @@ import math
 from typing import ClassVar
 
 from pydantic import Field, StrictFloat, StrictInt
-from torch import nn
 
 from deploytk.errors import DeploytkError
 from deploytk.merging.reduction import MethodOptions, Reduction, check_layers
@@ -41,9 +40,9 @@ class KeepRateReduction(Reduction):
     #: the method ranks tokens by the class token's attention (so the model needs a class token)
     ranks_by_class_attention: ClassVar[bool] = True
 
-    def __init__(self, vit: nn.Module, r_per_layer: list[int], options: KeepRateOptions):
-        super().__init__(vit, r_per_layer, options)
-        if self.ranks_by_class_attention and getattr(vit, "cls_token", None) is None:
+    def __init__(self, family, r_per_layer: list[int], options: KeepRateOptions):
+        super().__init__(family, r_per_layer, options)
+        if self.ranks_by_class_attention and not family.has_class_token:
             raise DeploytkError(f"method {self.name} ranks tokens by the class token's attention, but this model has no class token.")
         self.layers = check_layers(options.layers, self.depth, self.name)
         self.keep: list[int | None] = []

@@ -25,11 +25,11 @@ class LearnedReduction(ClusterReduction):
     reduces_at_every_layer = True
     checkpoint_prefix = "cluster_layers"
 
-    def __init__(self, vit, r_per_layer: list[int], options):
-        super().__init__(vit, r_per_layer, options)
+    def __init__(self, family, r_per_layer: list[int], options):
+        super().__init__(family, r_per_layer, options)
         self.stage = {i: s for s, i in enumerate(self.layers)}
         counts = [self.clusters[i] for i in self.layers]
-        setattr(self, self.checkpoint_prefix, nn.ModuleList(self.make_layer(int(vit.embed_dim), c) for c in counts))
+        setattr(self, self.checkpoint_prefix, nn.ModuleList(self.make_layer(family.embed_dim, c) for c in counts))
 
     def make_layer(self, dim: int, tokens_out: int) -> nn.Module:
         """The trained module of one reducing block (official class and parameter names)."""

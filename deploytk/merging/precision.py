@@ -52,7 +52,8 @@ def to_precision(model: nn.Module, precision: str) -> nn.Module:
         return model
     keep = [name for name, m in model.vit.named_modules() if name and _is_norm(m)]
     if dtype == torch.bfloat16:
-        keep += [name for name, m in model.vit.patch_embed.named_modules(prefix="patch_embed") if isinstance(m, nn.Conv2d)]
+        embedding = model.family.patch_embedding_path()
+        keep += [name for name, m in model.vit.get_submodule(embedding).named_modules(prefix=embedding) if isinstance(m, nn.Conv2d)]
     model.vit.to(dtype)
     for name in keep:
         parent_name, _, attr = name.rpartition(".")

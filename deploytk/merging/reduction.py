@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from torch import nn
 
 from deploytk.errors import DeploytkError
+from deploytk.families import BlockParts, ModelFamily
 from deploytk.merging.schedule import TokenSchedule
 
 
@@ -30,7 +31,8 @@ class MethodOptions(BaseModel):
 
 
 class Reduction(nn.Module):
-    """A token-reduction method on a timm ViT. The base class reduces nothing (the dense model).
+    """A token-reduction method on a ViT of any family, seen through its ``ModelFamily`` adapter.
+    The base class reduces nothing (the dense model).
 
     A subclass sets the class attributes, validates its model and plans ``self.schedule`` in its
     ``__init__`` (after ``super().__init__``), and overrides ``reduce`` or ``block``.
@@ -78,17 +80,17 @@ class Reduction(nn.Module):
         [(label, what the report shows, merge.options overrides)]; none by default."""
         return []
 
-    def __init__(self, vit: nn.Module, r_per_layer: list[int], options: MethodOptions):
+    def __init__(self, family: ModelFamily, r_per_layer: list[int], options: MethodOptions):
         super().__init__()
         self.options = options
-        self.depth = len(vit.blocks)
+        self.depth = family.depth
         #: class + distillation + register tokens: never merged or dropped
-        self.protected = int(vit.num_prefix_tokens)
+        self.protected = int(family.num_prefix_tokens)
         #: tokens entering the first block
-        self.num_tokens = vit.patch_embed.num_patches + self.protected
+        self.num_tokens = family.num_patches + self.protected
         self.schedule = TokenSchedule([0] * self.depth, [0] * self.depth, [self.num_tokens] * self.depth, self.protected)
 
-    def block(self, model, i: int, blk: nn.Module, x, size):
+    def block(self, model, i: int, blk: BlockParts, x, size):
         """Block ``i``: by default attention (+ residual), ``reduce``, MLP (+ residual)."""
         return model.standard_block(i, blk, x, size)
 

@@ -205,26 +205,24 @@ class ATM(Reduction):
             for p in PRESETS[options.preset]
         ]
 
-    def __init__(self, vit, r_per_layer: list[int], options: ATMOptions):
-        super().__init__(vit, r_per_layer, options)
+    def __init__(self, family, r_per_layer: list[int], options: ATMOptions):
+        super().__init__(family, r_per_layer, options)
         depth = self.depth
         self.split_layer = options.split_layer if options.split_layer is not None else depth - depth // 4
         if self.split_layer > depth:
             raise DeploytkError(f"`merge.options.split_layer` = {self.split_layer} is past the last block ({depth - 1}).")
-        self.cls_only = options.cls_only_last and vit.global_pool == "token" and getattr(vit, "dist_token", None) is None
-        if options.cls_only_last and not self.cls_only and vit.global_pool != "token":
-            architecture = vit.default_cfg.get("architecture", "this model")
+        self.cls_only = options.cls_only_last and family.pool == "token" and not family.has_dist_token
+        if options.cls_only_last and not self.cls_only and family.pool != "token":
             raise DeploytkError(
-                f"`merge.options.cls_only_last` needs a class-token-pooled model; {architecture} pools with {vit.global_pool!r}. "
+                f"`merge.options.cls_only_last` needs a class-token-pooled model; {family.architecture} pools with {family.pool!r}. "
                 "Set cls_only_last: false."
             )
-        if options.preset is not None and vit.embed_dim != PRESET_WIDTH[options.preset]:
-            architecture = vit.default_cfg.get("architecture", "this model")
-            fits = [name for name, width in PRESET_WIDTH.items() if width == vit.embed_dim]
+        if options.preset is not None and family.embed_dim != PRESET_WIDTH[options.preset]:
+            fits = [name for name, width in PRESET_WIDTH.items() if width == family.embed_dim]
             instead = f"use preset {fits[0]}" if fits else "set alpha, beta and theta_min instead"
             raise DeploytkError(
                 f"`merge.options.preset` = {options.preset} holds the ATM paper's settings for a DeiT of width "
-                f"{PRESET_WIDTH[options.preset]}; {architecture} has width {vit.embed_dim}: {instead}."
+                f"{PRESET_WIDTH[options.preset]}; {family.architecture} has width {family.embed_dim}: {instead}."
             )
         #: the r ATM chooses per layer while ``calibration_pass`` runs (None otherwise)
         self.dynamic_r: list[int] | None = None

@@ -14,10 +14,9 @@ padded tokens out of attention the same way), at the cost of computing the empty
 from __future__ import annotations
 
 import torch
-from timm.models.vision_transformer import ResPostBlock
 
 from deploytk.errors import DeploytkError
-from deploytk.merging.attention import attention_gate, attention_output, attention_probs, qkv_heads
+from deploytk.merging.attention import attention_probs
 from deploytk.merging.keep_rate import KeepRateOptions
 from deploytk.merging.merged_vit import aggregate_size
 from deploytk.merging.reduction import Reduction, check_layers, register_method
@@ -36,12 +35,12 @@ class ATS(Reduction):
     ops = ("ATSSample", "TokenAggregate", "ProportionalAttention")
     needs_prop_attn = True
 
-    def __init__(self, vit, r_per_layer: list[int], options: KeepRateOptions):
-        super().__init__(vit, r_per_layer, options)
-        if getattr(vit, "cls_token", None) is None:
+    def __init__(self, family, r_per_layer: list[int], options: KeepRateOptions):
+        super().__init__(family, r_per_layer, options)
+        if not family.has_class_token:
             raise DeploytkError("method ats samples by the class token's attention, but this model has no class token.")
-        if any(isinstance(b, ResPostBlock) for b in vit.blocks):
-            raise DeploytkError("method ats supports pre-norm blocks only (this model uses ResPostBlock).")
+        if family.post_norm:
+            raise DeploytkError("method ats supports pre-norm blocks only (this model's blocks are post-norm).")
         self.layers = check_layers(options.layers, self.depth, self.name)
         patches = self.num_tokens - self.protected
         self.slots: list[int | None] = []
@@ -61,16 +60,16 @@ class ATS(Reduction):
         slots = self.slots[i]
         if slots is None:
             return model.standard_block(i, blk, x, size)
-        attn, p = blk.attn, self.protected
-        h = blk.norm1(x)
-        gate = attention_gate(attn, h)
-        q, k, v = qkv_heads(attn, h)
-        out = torch.ops.deploytk.proportional_attention(q, k, v, size, float(attn.scale))
-        cls_attn = attention_probs(attn, q[:, :, :1], k, size)[:, :, 0, p:]  # [B, H, M] per head
+        p = self.protected
+        h = blk.attn_input(x)
+        gate = blk.gate(h)
+        q, k, v = blk.qkv(h)
+        out = torch.ops.deploytk.proportional_attention(q, k, v, size, float(blk.scale))
+        cls_attn = attention_probs(blk.scale, q[:, :, :1], k, size)[:, :, 0, p:]  # [B, H, M] per head
         significance = (cls_attn * v[:, :, p:].float().norm(dim=-1)).sum(dim=1)
-        x = x + blk.drop_path1(blk.ls1(attention_output(attn, out, gate)))
+        x = blk.attn_residual(x, blk.attn_output(out, gate))
         dest = model.match("ats_sample", significance, size[:, p:], getattr(self, f"steps_{i}"))
         kept = torch.ops.deploytk.token_aggregate(x[:, p:], torch.ones_like(size[:, p:]), dest, slots, False)
         x = torch.cat([x[:, :p], kept], dim=1)
         size = torch.cat([size[:, :p], aggregate_size(size[:, p:], dest, slots)], dim=1)
-        return model.mlp_residual(blk, x), size
+        return blk.mlp_residual(x), size

@@ -54,11 +54,11 @@ class DPCKNN(ClusterReduction):
     checkpoint_prefix = "cluster_layers"
     learned_when = "equal_weight: false"
 
-    def __init__(self, vit, r_per_layer: list[int], options: DPCKNNOptions):
-        super().__init__(vit, r_per_layer, options)
+    def __init__(self, family, r_per_layer: list[int], options: DPCKNNOptions):
+        super().__init__(family, r_per_layer, options)
         self.stage = {i: s for s, i in enumerate(self.layers)}
         if not options.equal_weight:
-            self.cluster_layers = nn.ModuleList(TokenScore(int(vit.embed_dim)) for _ in self.layers)
+            self.cluster_layers = nn.ModuleList(TokenScore(family.embed_dim) for _ in self.layers)
 
     def flop_blocks(self) -> dict[str, int]:
         return {} if self.options.equal_weight else {f"cluster_layers.{s}": i for i, s in self.stage.items()}

@@ -65,9 +65,9 @@ class Heuristic(Reduction):
     tune_knob = "keep_rate"
     ops = ("TopKSelect", "TokenAggregate")
 
-    def __init__(self, vit, r_per_layer: list[int], options: HeuristicOptions):
-        super().__init__(vit, r_per_layer, options)
-        rows, cols = (int(v) for v in vit.patch_embed.grid_size)
+    def __init__(self, family, r_per_layer: list[int], options: HeuristicOptions):
+        super().__init__(family, r_per_layer, options)
+        rows, cols = family.grid_size
         if rows != cols:
             raise DeploytkError(
                 f"method heuristic needs a square patch grid (its radial pattern is the study's); this model has {rows}x{cols}."

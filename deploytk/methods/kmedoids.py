@@ -32,8 +32,8 @@ class KMedoids(ClusterReduction):
     Options = KMedoidsOptions
     ops = ("KMedoidsSelect", "TokenAggregate")
 
-    def __init__(self, vit, r_per_layer: list[int], options: KMedoidsOptions):
-        super().__init__(vit, r_per_layer, options)
+    def __init__(self, family, r_per_layer: list[int], options: KMedoidsOptions):
+        super().__init__(family, r_per_layer, options)
         if self.clusters and self.clusters[0] is not None:
             raise DeploytkError(
                 "method kmedoids weights the tokens by the previous block's attention, so it cannot cluster before block 0; "

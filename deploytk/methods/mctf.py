@@ -13,12 +13,10 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from pydantic import Field, StrictBool, StrictFloat, StrictInt
-from timm.models.vision_transformer import ResPostBlock
 
 from deploytk.errors import DeploytkError
-from deploytk.merging.attention import attend, attention_gate, attention_output, attention_probs
+from deploytk.merging.attention import attend, attention_probs
 from deploytk.merging.merged_vit import aggregate_size
 from deploytk.merging.reduction import MethodOptions, Reduction, check_layers, register_method
 from deploytk.merging.schedule import TokenSchedule
@@ -58,12 +56,12 @@ class MCTF(Reduction):
     Options = MCTFOptions
     ops = ("MctfMatch", "TokenAggregate")
 
-    def __init__(self, vit, r_per_layer: list[int], options: MCTFOptions):
-        super().__init__(vit, r_per_layer, options)
+    def __init__(self, family, r_per_layer: list[int], options: MCTFOptions):
+        super().__init__(family, r_per_layer, options)
         self.layers = check_layers(options.layers if options.layers is not None else range(1, self.depth), self.depth, "mctf")
-        if options.one_step_ahead != "exact" and any(isinstance(b, ResPostBlock) for b in vit.blocks):
+        if options.one_step_ahead != "exact" and family.post_norm:
             raise DeploytkError(
-                "mctf supports pre-norm blocks only (this model uses ResPostBlock); use one_step_ahead: exact or method tome."
+                "mctf supports pre-norm blocks only (this model's blocks are post-norm); use one_step_ahead: exact or method tome."
             )
         requested = [r if i in self.layers else 0 for i, r in enumerate(r_per_layer)]
         tokens, effective, t = [], [], self.num_tokens
@@ -78,27 +76,25 @@ class MCTF(Reduction):
         r = self.schedule.effective_r[i]
         if r == 0:
             return model.standard_block(i, blk, x, size)
-        attn, mode = blk.attn, self.options.one_step_ahead
+        mode = self.options.one_step_ahead
         keep_size = size if model.prop_attn else None
         if mode == "off":  # plain block with an explicit attention map, fusion after the MLP
-            h = blk.norm1(x)
-            q, k, v = _split_qkv(attn, h, "qkv")
-            probs = attention_probs(attn, q, k, keep_size)
-            x = x + blk.drop_path1(blk.ls1(attention_output(attn, attend(probs, v), attention_gate(attn, h))))
-            x = x + blk.drop_path2(blk.ls2(blk.mlp(blk.norm2(x))))
+            h = blk.attn_input(x)
+            q, k, v = blk.qkv(h, "qkv")
+            probs = attention_probs(blk.scale, q, k, keep_size)
+            x = blk.mlp_residual(blk.attn_residual(x, blk.attn_output(attend(probs, v), blk.gate(h))))
             x, size, _, _ = self._fuse(model, x, size, probs, r)
             return x, size
-        q, k = _split_qkv(attn, blk.norm1(x), "qk")
-        probs = attention_probs(attn, q, k, keep_size)
+        q, k = blk.qkv(blk.attn_input(x), "qk")
+        probs = attention_probs(blk.scale, q, k, keep_size)
         x, size, dest, weight = self._fuse(model, x, size, probs, r)
-        h = blk.norm1(x)
+        h = blk.attn_input(x)
         if mode == "approx":  # one-step-ahead: the fused map stands in for the next attention map
-            (v,) = _split_qkv(attn, h, "v")
-            out = attention_output(attn, one_step_ahead(probs, v, dest, weight), attention_gate(attn, h))
+            (v,) = blk.qkv(h, "v")
+            out = blk.attn_output(one_step_ahead(probs, v, dest, weight), blk.gate(h))
         else:
-            out = model.attention(attn, h, size)[0]
-        x = x + blk.drop_path1(blk.ls1(out))
-        return x + blk.drop_path2(blk.ls2(blk.mlp(blk.norm2(x)))), size
+            out = model.attention(blk, h, size)[0]
+        return blk.mlp_residual(blk.attn_residual(x, out)), size
 
     def _fuse(self, model, x, size, probs, r: int):
         """Match and fuse: (x, size, dest, the fusion weights)."""
@@ -135,16 +131,3 @@ def one_step_ahead(probs, v, dest, weight):
     y = attend(probs, v_tokens).transpose(1, 2).reshape(b, n, heads * d)
     fused = torch.ops.deploytk.token_aggregate(y, weight, dest, t, True)  # [B, T, C]
     return fused.reshape(b, t, heads, d).transpose(1, 2)
-
-
-def _split_qkv(attn, h, which: str):
-    """Only the projections needed (q,k before fusion; v after), as MCTF computes them."""
-    c = attn.attn_dim
-    w, bias = attn.qkv.weight, attn.qkv.bias
-    parts = {"q": slice(0, c), "k": slice(c, 2 * c), "v": slice(2 * c, 3 * c)}
-    lo = parts[which[0]].start
-    hi = parts[which[-1]].stop
-    out = F.linear(h, w[lo:hi], bias[lo:hi] if bias is not None else None)
-    b, n, _ = h.shape
-    heads = out.reshape(b, n, len(which), attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
-    return [attn.q_norm(t) if name == "q" else attn.k_norm(t) if name == "k" else t for name, t in zip(which, heads, strict=True)]

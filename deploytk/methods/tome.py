@@ -38,8 +38,8 @@ class ToMe(Reduction):
     Options = ToMeOptions
     ops = ("ToMeMatch", "TokenAggregate")
 
-    def __init__(self, vit, r_per_layer: list[int], options: ToMeOptions):
-        super().__init__(vit, r_per_layer, options)
+    def __init__(self, family, r_per_layer: list[int], options: ToMeOptions):
+        super().__init__(family, r_per_layer, options)
         self.schedule = cap_schedule(r_per_layer, self.num_tokens, self.protected)
 
     def reduce(self, model, i, x, size, metric, cls_attn):

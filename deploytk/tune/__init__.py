@@ -29,13 +29,13 @@ from pathlib import Path
 import yaml
 
 from deploytk.backends import Backend, get_backend
-from deploytk.config import config_from_dict, load_config
-from deploytk.data import folder_batches, model_input_size, synthetic_batches
+from deploytk.config import config_from_dict, load_config, portable
+from deploytk.data import folder_batches, synthetic_batches
 from deploytk.errors import DeploytkError
 from deploytk.evaluate.accuracy import scan_image_folder
 from deploytk.files import claim_file, claim_yaml
 from deploytk.methods import get_method
-from deploytk.models import create_vit
+from deploytk.models import create_model
 from deploytk.profile.profiler import MIN_SAMPLES
 from deploytk.progress import SILENT, Progress
 from deploytk.tune.candidates import candidates_for, config_with
@@ -85,11 +85,11 @@ def tune(
     calibration = None
     if get_method(cfg.merge.method).calibrated:
         progress.step("loading the calibration images")
-        vit = create_vit(cfg.model_copy(update={"checkpoint": None, "pretrained": False}))  # its input size, its transform
+        family = create_model(cfg.model_copy(update={"checkpoint": None, "pretrained": False}))  # its input size, its transform
         if data is not None:
-            calibration = (folder_batches(data, 64, 16, vit), f"images: {data}")
+            calibration = (folder_batches(data, 64, 16, family.eval_transform()), f"images: {data}")
         else:
-            calibration = (synthetic_batches(64, 16, model_input_size(vit)), "synthetic: 64 seeded standard-normal images")
+            calibration = (synthetic_batches(64, 16, family.img_size), "synthetic: 64 seeded standard-normal images")
     candidates = candidates_for(cfg, inflections, calibration, progress)
     if not candidates:
         raise DeploytkError(f"{config}: no schedule of {cfg.merge.method} reduces any token on {cfg.model}; nothing to tune.")
@@ -119,7 +119,7 @@ def tune(
         new["merge"]["options"]["tuned"] = tuned
         config_from_dict(new, "(tuned config)")  # must load back
         header = f"# Tuned by `deploytk tune {config} --budget-ms {budget_ms:g}` ({backend.name}, batch {batch}, {percentile}).\n"
-        output.write_yaml(header + yaml.safe_dump(new, sort_keys=False))
+        output.write_yaml(header + yaml.safe_dump(portable(new, output.path), sort_keys=False))
         report["output"] = str(output.path)
     report["report"] = str(report_out.path)
     report["command"] = shlex.join(  # what reproduces this run (every option spelled out, defaults included)

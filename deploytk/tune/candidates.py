@@ -16,9 +16,10 @@ import numpy as np
 from deploytk.calibrate import calibrate, r_samples
 from deploytk.config import DeployConfig, config_from_dict, config_to_dict
 from deploytk.errors import DeploytkError
+from deploytk.families import ModelFamily
 from deploytk.merging.merged_vit import build_merged
 from deploytk.methods import METHODS, get_method
-from deploytk.models import build_reference, create_vit
+from deploytk.models import build_reference, create_model
 from deploytk.progress import SILENT, Progress
 
 #: keep rates searched for the keep-rate methods (0.10 .. 0.95)
@@ -71,9 +72,9 @@ def block_gflops(tokens: int, width: int, mlp_ratio: float) -> float:
 def _estimate(model) -> tuple[list[int], float]:
     """The token schedule and an estimate of its GFLOPs (enough to order candidates; exports count exactly)."""
     tokens = list(model.schedule.tokens)
-    vit = model.vit
-    width = int(vit.embed_dim)
-    mlp = vit.blocks[0].mlp.fc1.out_features / width
+    family = model.family
+    width = family.embed_dim
+    mlp = family.mlp_dim / width
     return tokens, sum(block_gflops(t, width, mlp) for t in tokens)
 
 
@@ -87,7 +88,7 @@ def config_with(cfg: DeployConfig, merge: dict | None = None, options: dict | No
     return data
 
 
-def _r_candidates(cfg: DeployConfig, vit, inflections: list[float]) -> list[Candidate]:
+def _r_candidates(cfg: DeployConfig, family: ModelFamily, inflections: list[float]) -> list[Candidate]:
     method = get_method(cfg.merge.method)
     options = method.parse_options(cfg.merge.options)
     out = []
@@ -95,7 +96,7 @@ def _r_candidates(cfg: DeployConfig, vit, inflections: list[float]) -> list[Cand
         previous = None
         for r in range(1, 1000):
             spec = (r, inflection) if inflection else r
-            model = build_merged(method, vit, spec, cfg.merge.prop_attn, options)
+            model = build_merged(method, family, spec, cfg.merge.prop_attn, options)
             tokens, cost = _estimate(model)
             if tokens == previous:  # the cap leaves nothing more to merge
                 break
@@ -113,13 +114,13 @@ def _r_candidate(cfg, r, inflection, tokens, cost) -> Candidate:
     return Candidate(label, knob, config_with(cfg, {"r": r_value}), tokens, cost)
 
 
-def _keep_rate_candidates(cfg: DeployConfig, vit) -> list[Candidate]:
+def _keep_rate_candidates(cfg: DeployConfig, family: ModelFamily) -> list[Candidate]:
     method = get_method(cfg.merge.method)
     out = []
     for keep in reversed(KEEP_RATES):  # least aggressive first
         data = config_with(cfg, options={"keep_rate": keep})
         try:
-            model = build_merged(method, vit, 0, cfg.merge.prop_attn, method.parse_options(data["merge"]["options"]))
+            model = build_merged(method, family, 0, cfg.merge.prop_attn, method.parse_options(data["merge"]["options"]))
         except DeploytkError:
             continue  # e.g. a keep rate that leaves zero clusters at a later block
         tokens, cost = _estimate(model)
@@ -132,10 +133,10 @@ def _calibrated_candidates(cfg: DeployConfig, batches: list[np.ndarray], source:
     median; otherwise the quantiles of one calibration run (``deploytk calibrate --quantile Q`` would write the same)."""
     method = get_method(cfg.merge.method)
     options = method.parse_options(cfg.merge.options)
-    vit = create_vit(cfg)  # the weights, loaded once: every point and quantile runs on them
+    family = create_model(cfg)  # the weights, loaded once: every point and quantile runs on them
 
     def candidate(label: str, knob: dict, data: dict) -> Candidate:
-        merged = build_merged(method, vit, data["merge"]["r"], cfg.merge.prop_attn, method.parse_options(data["merge"]["options"]))
+        merged = build_merged(method, family, data["merge"]["r"], cfg.merge.prop_attn, method.parse_options(data["merge"]["options"]))
         return Candidate(label, knob, data, *_estimate(merged))
 
     points = method.tuning_points(options)
@@ -144,11 +145,11 @@ def _calibrated_candidates(cfg: DeployConfig, batches: list[np.ndarray], source:
         progress.start(len(points), f"calibrating {method.name} at its {len(points)} tuning points")
         for label, knob, overrides in points:
             point_cfg = config_from_dict(config_with(cfg, options=overrides), f"({method.name} {label})")
-            data, _ = calibrate(point_cfg, batches, 0.5, source, model=build_reference(point_cfg, vit))
+            data, _ = calibrate(point_cfg, batches, 0.5, source, model=build_reference(point_cfg, family))
             out.append(candidate(label, knob, data))
             progress.advance()
         return out
-    model = build_reference(cfg, vit)
+    model = build_reference(cfg, family)
     samples = r_samples(model, batches, progress)
     quantiles = [(q, calibrate(cfg, batches, q, source, model=model, samples=samples)[0]) for q in QUANTILES]
     return [candidate(f"quantile={q:g}", {"quantile": q}, data) for q, data in quantiles]
@@ -170,17 +171,17 @@ def candidates_for(
     if inflections and knob != "r":
         raise DeploytkError(f"--inflections is for the r-scheduled methods (tome, mctf); {method.name} is tuned by its {knob}.")
     progress.step("planning the candidate schedules")
-    vit = create_vit(cfg.model_copy(update={"checkpoint": None, "pretrained": False}))  # schedules do not depend on weights
+    family = create_model(cfg.model_copy(update={"checkpoint": None, "pretrained": False}))  # schedules do not depend on weights
     if knob == "r":
-        found = _r_candidates(cfg, vit, inflections or [_config_inflection(cfg)])
+        found = _r_candidates(cfg, family, inflections or [_config_inflection(cfg)])
     elif knob == "keep_rate":
-        found = _keep_rate_candidates(cfg, vit)
+        found = _keep_rate_candidates(cfg, family)
     else:  # "quantile": a calibrated method's statistic
         found = _calibrated_candidates(cfg, *calibration, progress)
     by_schedule: dict[tuple, Candidate] = {}
     for c in found:  # one candidate per token schedule (the same graph): the first found wins
         by_schedule.setdefault(tuple(c.tokens), c)
-    dense_tokens = [vit.patch_embed.num_patches + vit.num_prefix_tokens] * len(vit.blocks)
+    dense_tokens = [family.num_patches + family.num_prefix_tokens] * family.depth
     return sorted((c for c in by_schedule.values() if c.tokens != dense_tokens), key=lambda c: -c.cost)
 
 

@@ -267,7 +267,7 @@ def run_validation(
     if images is not None:  # the reference's own timm model decides the preprocessing
         progress.step("rebuilding the PyTorch reference from the manifest")
         reference = build_reference(artifact.config)
-        batches = folder_batches(images, num_images, batch_size, reference.vit)
+        batches = folder_batches(images, num_images, batch_size, reference.family.eval_transform())
     else:
         batches = synthetic_batches(num_images, batch_size, artifact.img_size)
     return validate(directory, backend, batches, tol, progress, reference), tol

@@ -200,10 +200,10 @@ def digits_root(tmp_path_factory):
 def digit_images(digits_root):
     """64 validation digits (8 batches of 8) through the model's eval transform."""
     from deploytk.data import folder_batches
-    from deploytk.models import create_vit
+    from deploytk.models import create_model
 
     cfg = load_config(ROOT / "export_configs" / "digits_vit_tome_r4.yaml")
-    return folder_batches(digits_root / "val", 64, 8, create_vit(cfg))
+    return folder_batches(digits_root / "val", 64, 8, create_model(cfg).eval_transform())
 
 
 def test_eval_of_a_bf16_config_runs_ort_emulated_and_says_so(digits_root):

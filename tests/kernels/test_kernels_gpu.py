@@ -46,11 +46,11 @@ def test_native_selftest_passes_for_every_op_and_dtype():
 def digit_batch(tmp_path_factory):
     from deploytk.data import folder_batches
     from deploytk.evaluate.digits import write_digits_imagefolder
-    from deploytk.models import create_vit
+    from deploytk.models import create_model
 
     root = tmp_path_factory.mktemp("digits") / "digits"
     write_digits_imagefolder(root, img_size=32)
-    (batch,) = folder_batches(root / "val", 32, 32, create_vit(digits_config("digits_vit_tome_r4")))
+    (batch,) = folder_batches(root / "val", 32, 32, create_model(digits_config("digits_vit_tome_r4")).eval_transform())
     return torch.from_numpy(batch)
 
 

@@ -9,7 +9,7 @@ import torch
 from conftest import seeded_init
 
 from deploytk.errors import DeploytkError
-from deploytk.merging.attention import attention_output, qkv_heads
+from deploytk.families import adapt
 from deploytk.merging.merged_vit import build_merged
 from deploytk.methods import get_method
 from deploytk.methods.heuristic import radial_distance, stage_radii
@@ -57,14 +57,14 @@ def masked_forward(vit, masks, images):
     """The official formulation, written independently: no token is removed; from its reduction block on, a
     pruned patch is masked out of attention (logits -max for every pair it is part of), the head reads the class token."""
     x = vit.norm_pre(vit._pos_embed(vit.patch_embed(images)))
-    for blk, keep in zip(vit.blocks, masks, strict=True):
+    for blk, parts, keep in zip(vit.blocks, adapt(vit).blocks, masks, strict=True):
         mask = torch.cat([torch.ones(1, dtype=torch.bool), torch.from_numpy(keep)])  # the class token is always kept
         h = blk.norm1(x)
-        q, k, v = qkv_heads(blk.attn, h)
+        q, k, v = parts.qkv(h)
         logits = (q * blk.attn.scale) @ k.transpose(-2, -1)
         pair = mask[None, None, :, None] & mask[None, None, None, :]
         logits = logits.masked_fill(~pair, -torch.finfo(logits.dtype).max)
-        x = x + blk.ls1(attention_output(blk.attn, logits.softmax(-1) @ v))
+        x = x + blk.ls1(parts.attn_output(logits.softmax(-1) @ v))
         x = x + blk.ls2(blk.mlp(blk.norm2(x)))
     return vit.head(vit.fc_norm(vit.norm(x)[:, 0]))
 

@@ -68,7 +68,7 @@ def test_size_weighted_average_pool():
     with torch.no_grad():
         feats = vit.norm_pre(vit.patch_drop(vit._pos_embed(vit.patch_embed(x))))
         size = torch.ones_like(feats[..., :1])
-        for i, blk in enumerate(vit.blocks):
+        for i, blk in enumerate(model.family.blocks):
             feats, size = model.reduction.block(model, i, blk, feats, size)
         feats = vit.norm(feats)
         want = vit.head(vit.fc_norm((feats * size).sum(1) / size.sum(1)))

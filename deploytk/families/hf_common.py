@@ -1,0 +1,150 @@
+"""What the Hugging Face transformers families share: their encoder layer taken apart, and loading ``hf:`` models.
+
+Every vision encoder layer in transformers 5 has separate ``q_proj`` / ``k_proj`` / ``v_proj``
+projections and an output projection, two pre-norms, an MLP and (DINOv2) LayerScale; only the
+attribute names differ, so one ``HFBlock`` serves them all with the names its family gives.
+transformers is an optional dependency (``deploytk[hf]``): nothing here imports it at module
+level, and a family recognises its models by their class's module path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+from torch import nn
+
+from deploytk.errors import DeploytkError
+from deploytk.families.base import BlockParts, ModelFamily
+
+#: a config's ``model:`` that names a transformers model: ``hf:<hub id or save_pretrained folder>``
+HF_PREFIX = "hf:"
+
+
+class HFBlock(BlockParts):
+    """A transformers encoder layer: ``x + ls1(attn(norm1(x)))`` then ``x + ls2(mlp(norm2(x)))`` (pre-norm)."""
+
+    def __init__(self, layer: nn.Module, attn: str, norms: tuple[str, str], out: str, scales: tuple[str, str] | None = None):
+        self.layer, self._attn, self._norms, self._out, self._scales = layer, attn, norms, out, scales
+        module = getattr(layer, attn)
+        if not all(hasattr(module, p) for p in ("q_proj", "k_proj", "v_proj")):
+            import transformers  # optional: deploytk[hf]; loaded already if a model of it is here
+
+            raise DeploytkError(
+                f"{type(module).__name__} of transformers {transformers.__version__} has no separate q_proj / k_proj / v_proj; "
+                "deploytk's transformers families are written against transformers 5 (5.24 and later).",
+                hint="pip install 'deploytk[hf]'",
+            )
+        self.num_heads = int(getattr(module, "num_heads", None) or module.num_attention_heads)
+        self.head_dim = int(module.head_dim)
+        self.scale = float(getattr(module, "scaling", None) or module.scale)
+
+    def _norm(self, which: int):
+        return getattr(self.layer, self._norms[which])
+
+    def _scaled(self, which: int, y):
+        return getattr(self.layer, self._scales[which])(y) if self._scales else y
+
+    def attn_input(self, x):
+        return self._norm(0)(x)
+
+    def qkv(self, h, which="qkv"):
+        attn = getattr(self.layer, self._attn)
+        b, n, _ = h.shape
+        projections = {"q": attn.q_proj, "k": attn.k_proj, "v": attn.v_proj}
+        return [projections[name](h).view(b, n, self.num_heads, self.head_dim).transpose(1, 2) for name in which]
+
+    def attn_output(self, out, gate=None):
+        b, _, n, _ = out.shape
+        return getattr(getattr(self.layer, self._attn), self._out)(out.transpose(1, 2).reshape(b, n, self.num_heads * self.head_dim))
+
+    def attn_residual(self, x, out):
+        return x + self._scaled(0, out)
+
+    def mlp_residual(self, x):
+        return x + self._scaled(1, self.layer.mlp(self._norm(1)(x)))
+
+
+class HFFamily(ModelFamily):
+    """A transformers vision family: recognised by its classes' names in ``modules`` (``transformers.models.<module>.``)."""
+
+    #: transformers model modules (``vit``, ``deit``) and the classes of them this family runs
+    modules: ClassVar[tuple[str, ...]] = ()
+    classes: ClassVar[tuple[str, ...]] = ()
+    prefix = HF_PREFIX
+
+    @classmethod
+    def load(cls, name):
+        return load_hf(name)
+
+    @classmethod
+    def accepts(cls, model):
+        module = type(model).__module__
+        return any(module.startswith(f"transformers.models.{m}.") for m in cls.modules) and type(model).__name__ in cls.classes
+
+    def image_processor_settings(self) -> tuple[tuple[float, ...], tuple[float, ...], int]:
+        """(mean, std, resample) the family's image processor uses (transformers' defaults for the class)."""
+        raise NotImplementedError
+
+    def eval_transform(self):
+        """Resize to ``img_size`` and normalise, as the family's transformers image processor does (no crop)."""
+        from torchvision import transforms  # torchvision comes with timm
+
+        mean, std, _ = self.image_processor_settings()
+        return transforms.Compose(
+            [
+                transforms.Resize(self.img_size, interpolation=transforms.InterpolationMode.BICUBIC),
+                transforms.ToTensor(),
+                transforms.Normalize(mean, std),
+            ]
+        )
+
+    def normalization(self):
+        mean, std, _ = self.image_processor_settings()
+        return mean, std
+
+
+class OutputOf(nn.Module):
+    """A transformers model reduced to one output tensor: its output ``key`` (``logits``, ``image_embeds``,
+    ``pooler_output``), or the class token of ``last_hidden_state`` (``key`` None) for a model without a pooler."""
+
+    def __init__(self, model: nn.Module, key: str | None):
+        super().__init__()
+        self.model, self.key = model, key
+
+    def forward(self, images):
+        out = self.model(pixel_values=images)
+        return out.last_hidden_state[:, 0] if self.key is None else getattr(out, self.key)
+
+
+def load_hf(name: str) -> nn.Module:
+    """``hf:<folder or hub id>`` -> the transformers model its config's ``architectures`` names, in eval mode, with the
+    eager attention (the one whose numbers deploytk's plain-op attention reproduces)."""
+    try:
+        import transformers  # optional: deploytk[hf]
+    except ImportError:
+        raise DeploytkError(
+            f"model {name!r} is a Hugging Face transformers model, and transformers is not installed.",
+            hint="pip install 'deploytk[hf]'",
+        ) from None
+    ref = name[len(HF_PREFIX) :]
+    local = Path(ref).expanduser()
+    if not local.is_dir() and (not ref or ref.startswith((".", "/", "~")) or ref.count("/") > 1):
+        raise DeploytkError(f"`model: {name}`: {ref or '(empty)'} is neither a folder nor a Hugging Face Hub id (owner/name).")
+    where = str(local) if local.is_dir() else ref
+    try:
+        config = transformers.AutoConfig.from_pretrained(where)
+    except Exception as err:
+        first = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
+        raise DeploytkError(
+            f"`model: {name}`: transformers could not read its config ({first}).",
+            hint="Give a folder written by save_pretrained (config.json + model.safetensors) or a Hub id; "
+            "offline, only a folder or the local cache serves.",
+        ) from None
+    architectures = list(getattr(config, "architectures", None) or [])
+    if not architectures:
+        raise DeploytkError(f"`model: {name}`: its config.json names no `architectures`, so the model class is unknown.")
+    cls = getattr(transformers, architectures[0], None)
+    if cls is None:
+        raise DeploytkError(f"`model: {name}`: transformers {transformers.__version__} has no class {architectures[0]}.")
+    return cls.from_pretrained(where, attn_implementation="eager").eval()

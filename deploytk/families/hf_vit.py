@@ -1,0 +1,85 @@
+"""Hugging Face transformers ViT and DeiT: ``ViTModel``, ``ViTForImageClassification``, ``DeiTModel``,
+``DeiTForImageClassification`` and ``DeiTForImageClassificationWithTeacher`` (class + distillation token).
+
+Pre-norm layers (``layernorm_before`` / ``layernorm_after``), a final ``layernorm``; the
+classifiers read the class token (the teacher variant averages the class and distillation
+heads, as transformers does at inference), ``ViTModel`` / ``DeiTModel`` give their
+``pooler_output`` (dense + tanh of the class token), or the class token itself when built
+without a pooler.
+"""
+
+from __future__ import annotations
+
+from deploytk.families.base import register_family
+from deploytk.families.hf_common import HFBlock, HFFamily, OutputOf
+
+_IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+
+
+def _pair(v) -> tuple[int, int]:
+    return (int(v), int(v)) if isinstance(v, int) else (int(v[0]), int(v[1]))
+
+
+@register_family
+class HFViT(HFFamily):
+    name = "hf-vit"
+    summary = "transformers ViTModel, ViTForImageClassification, DeiTModel, DeiTForImageClassification(WithTeacher)"
+    modules = ("vit", "deit")
+    classes = (
+        "ViTModel",
+        "ViTForImageClassification",
+        "DeiTModel",
+        "DeiTForImageClassification",
+        "DeiTForImageClassificationWithTeacher",
+    )
+
+    def check(self):
+        model = self.model
+        self.backbone = getattr(model, "vit", None) or getattr(model, "deit", None) or model
+        config = model.config
+        self.blocks = [HFBlock(layer, "attention", ("layernorm_before", "layernorm_after"), "o_proj") for layer in self.backbone.layers]
+        self.deit = type(model).__name__.startswith("DeiT")
+        self.has_class_token = True
+        self.has_dist_token = self.deit
+        self.num_prefix_tokens = 2 if self.deit else 1
+        self.img_size = _pair(config.image_size)
+        patch = _pair(config.patch_size)
+        self.grid_size = (self.img_size[0] // patch[0], self.img_size[1] // patch[1])
+        self.embed_dim = int(config.hidden_size)
+        self.mlp_dim = int(config.intermediate_size)
+        self.pool = "token"
+        self.classifier = type(model).__name__.endswith(("ForImageClassification", "WithTeacher"))
+        self.num_classes = int(config.num_labels) if self.classifier else 0
+        pooler = getattr(self.backbone, "pooler", None)
+        self.num_features = int(getattr(config, "pooler_output_size", None) or config.hidden_size) if pooler else self.embed_dim
+        self.architecture = type(model).__name__
+        self.output_key = "logits" if self.classifier else ("pooler_output" if pooler is not None else None)
+
+    def embed(self, images):
+        return self.backbone.embeddings(images)
+
+    def final_norm(self, x):
+        return self.backbone.layernorm(x)
+
+    def head(self, x, size):
+        model = self.model
+        if hasattr(model, "distillation_classifier"):  # the teacher variant: both heads averaged, as at inference
+            return (model.cls_classifier(x[:, 0]) + model.distillation_classifier(x[:, 1])) / 2
+        if self.classifier:
+            return model.classifier(x[:, 0])
+        pooler = getattr(self.backbone, "pooler", None)
+        return pooler(x) if pooler is not None else x[:, 0]
+
+    def block_path(self, i):
+        prefix = "" if self.backbone is self.model else ("deit." if self.deit else "vit.")
+        return f"{prefix}layers.{i}"
+
+    def patch_embedding_path(self):
+        return ("" if self.backbone is self.model else ("deit." if self.deit else "vit.")) + "embeddings.patch_embeddings"
+
+    def image_processor_settings(self):
+        # ViTImageProcessor normalises with 0.5; DeiTImageProcessor with ImageNet's mean/std (both bicubic or bilinear resize)
+        return (*_IMAGENET, 3) if self.deit else ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5), 2)
+
+    def plain(self):
+        return OutputOf(self.model, self.output_key)

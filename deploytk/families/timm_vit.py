@@ -1,0 +1,156 @@
+"""The timm ``VisionTransformer`` family (vit_*, deit_*, deit3_*, the register and GAP variants, ...).
+
+Pre-norm ``Block`` and post-norm ``ResPostBlock``, LayerScale, q/k norms, gated attention,
+class / distillation / register tokens, and the token, average, max and avgmax pools; the
+forward is timm's own, taken apart (``VisionTransformer.forward_features`` and
+``forward_head``).
+"""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from timm.data import create_transform, resolve_data_config
+from timm.layers import Attention
+from timm.models import clean_state_dict
+from timm.models.vision_transformer import Block, ResPostBlock, VisionTransformer, checkpoint_filter_fn
+from torch import nn
+
+from deploytk.errors import DeploytkError
+from deploytk.families.base import POOLS, BlockParts, ModelFamily, pool_tokens, register_family
+
+_QKV = {"q": 0, "k": 1, "v": 2}
+
+
+class TimmBlock(BlockParts):
+    """A timm ``Block`` / ``ResPostBlock`` with a standard ``Attention``. Modules are looked up on every call, so that a
+    precision cast that wraps the norms (``merging.precision``) is seen."""
+
+    def __init__(self, blk: nn.Module):
+        self.blk = blk
+        self.post_norm = isinstance(blk, ResPostBlock)
+        self.num_heads = int(blk.attn.num_heads)
+        self.head_dim = int(blk.attn.head_dim)
+        self.scale = blk.attn.scale
+
+    def attn_input(self, x):
+        return x if self.post_norm else self.blk.norm1(x)
+
+    def qkv(self, h, which="qkv"):
+        attn = self.blk.attn
+        b, n, _ = h.shape
+        if which == "qkv":  # timm's own projection, in one matmul
+            heads = attn.qkv(h).reshape(b, n, 3, attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        else:  # only the rows asked for (MCTF computes q, k before its fusion and v after)
+            c = attn.attn_dim
+            lo, hi = _QKV[which[0]] * c, (_QKV[which[-1]] + 1) * c
+            bias = attn.qkv.bias[lo:hi] if attn.qkv.bias is not None else None
+            out = F.linear(h, attn.qkv.weight[lo:hi], bias)
+            heads = out.reshape(b, n, len(which), attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        norms = {"q": attn.q_norm, "k": attn.k_norm, "v": None}
+        return [norms[name](t) if norms[name] is not None else t for name, t in zip(which, heads, strict=True)]
+
+    def gate(self, h):
+        attn = self.blk.attn
+        return attn.gate(h).sigmoid() if getattr(attn, "gate", None) is not None else None
+
+    def attn_output(self, out, gate=None):
+        attn = self.blk.attn
+        b, _, n, _ = out.shape
+        out = attn.norm(out.transpose(1, 2).reshape(b, n, attn.attn_dim))
+        if gate is not None:
+            out = out * gate
+        return attn.proj_drop(attn.proj(out))
+
+    def attn_residual(self, x, out):
+        blk = self.blk
+        return x + blk.drop_path1(blk.norm1(out) if self.post_norm else blk.ls1(out))
+
+    def mlp_residual(self, x):
+        blk = self.blk
+        mlp_out = blk.norm2(blk.mlp(x)) if self.post_norm else blk.ls2(blk.mlp(blk.norm2(x)))
+        return x + blk.drop_path2(mlp_out)
+
+
+@register_family
+class TimmViT(ModelFamily):
+    name = "timm"
+    takes_learned_reducers = True
+    summary = "timm VisionTransformer (vit_*, deit_*, deit3_*, registers, GAP; pre- and post-norm blocks)"
+
+    @classmethod
+    def accepts(cls, model):
+        return isinstance(model, VisionTransformer)
+
+    def check(self):
+        vit = self.model
+        for i, blk in enumerate(vit.blocks):
+            if type(blk) not in (Block, ResPostBlock):
+                raise DeploytkError(
+                    f"block {i} is a {type(blk).__name__}; deploytk supports timm's Block and ResPostBlock "
+                    "(parallel blocks are not supported)."
+                )
+            if type(blk.attn) is not Attention:
+                raise DeploytkError(f"block {i} uses {type(blk.attn).__name__}; deploytk supports timm's standard Attention.")
+        if getattr(vit, "attn_pool", None) is not None or vit.global_pool not in POOLS:
+            raise DeploytkError(f"global_pool={vit.global_pool!r} is not supported; allowed: token, avg, avgmax, max, ''.")
+        if getattr(vit, "dynamic_img_size", False):
+            raise DeploytkError("dynamic_img_size=True models are not supported: export needs a fixed image size.")
+        self.blocks = [TimmBlock(b) for b in vit.blocks]
+        self.num_prefix_tokens = int(vit.num_prefix_tokens)
+        self.has_class_token = getattr(vit, "cls_token", None) is not None
+        self.has_dist_token = getattr(vit, "dist_token", None) is not None
+        self.grid_size = tuple(int(v) for v in vit.patch_embed.grid_size)
+        img = vit.patch_embed.img_size
+        self.img_size = (int(img), int(img)) if isinstance(img, int) else (int(img[0]), int(img[1]))
+        self.embed_dim = int(vit.embed_dim)
+        self.mlp_dim = int(vit.blocks[0].mlp.fc1.out_features)
+        self.pool = vit.global_pool
+        self.num_classes = int(vit.num_classes)
+        self.num_features = int(vit.num_features)
+        self.architecture = vit.default_cfg.get("architecture", type(vit).__name__)
+
+    def embed(self, images):
+        vit = self.model
+        return vit.norm_pre(vit.patch_drop(vit._pos_embed(vit.patch_embed(images))))
+
+    def final_norm(self, x):
+        return self.model.norm(x)
+
+    def head(self, x, size):
+        vit = self.model
+        if self.has_dist_token:  # distilled DeiT: average both heads
+            return (vit.head(vit.head_drop(x[:, 0])) + vit.head_dist(vit.head_drop(x[:, 1]))) / 2
+        skip = 0 if vit.pool_include_prefix else self.num_prefix_tokens
+        return vit.head(vit.head_drop(vit.fc_norm(pool_tokens(x, size, self.pool, skip))))
+
+    def block_path(self, i):
+        return f"blocks.{i}"
+
+    def patch_embedding_path(self):
+        return "patch_embed"
+
+    def eval_transform(self):
+        """timm's eval transform (``resolve_data_config`` + ``create_transform``) at the model's own input size: a model
+        built with another ``img_size`` keeps its pretrained_cfg's 224, which would not fit it. Resize ratio (crop_pct),
+        interpolation, mean and std stay timm's."""
+        return create_transform(**resolve_data_config({"input_size": (3, *self.img_size)}, model=self.model))
+
+    def normalization(self):
+        data = resolve_data_config({}, model=self.model)
+        return tuple(data["mean"]), tuple(data["std"])
+
+    def convert_checkpoint(self, state):
+        """timm's own conversion for ViT checkpoints, as ``timm.create_model(..., pretrained=True)`` applies it:
+        ``module.`` prefixes removed (``clean_state_dict``), then ``checkpoint_filter_fn``: OpenAI / OpenCLIP CLIP,
+        original DINOv2 and other layouts mapped to timm's keys, the position embedding resampled to this model's grid
+        (bicubic, antialiased) and the patch embedding to its patch size."""
+        try:
+            return checkpoint_filter_fn(clean_state_dict(state), self.model)
+        except Exception as err:
+            first = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
+            raise DeploytkError(
+                f"timm's checkpoint conversion for {self.architecture} failed on this checkpoint ({type(err).__name__}: {first})."
+            ) from None
+
+    def plain(self):
+        return self.model
