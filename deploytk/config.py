@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
@@ -44,6 +44,8 @@ class RInflection(_Strict):
 
 
 RSpec = StrictInt | list[StrictInt] | RInflection
+#: one side of the input image, in pixels
+Side = Annotated[StrictInt, Field(ge=16)]
 
 
 class MergeConfig(_Strict):
@@ -55,11 +57,20 @@ class MergeConfig(_Strict):
 
 
 class ExportSettings(_Strict):
+    """``export:``: batch size, input size, opset, precision."""
+
     batch_size: StrictInt = Field(default=8, ge=1)
-    img_size: StrictInt | None = Field(default=224, ge=16)
+    #: one int (square) or [H, W]; null: the model's own size
+    img_size: Side | tuple[Side, Side] | None = 224
     #: the one opset deploytk exports and tests (`build --attention-impl native` raises it to 23 itself, op by op)
     opset: Literal[18] = 18
     precision: Literal["fp32", "fp16", "bf16"] = "fp32"
+
+    @property
+    def hw(self) -> tuple[int, int] | None:
+        """``img_size`` as (H, W); None: the model's own."""
+        size = self.img_size
+        return None if size is None else (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
 
 
 class DeployConfig(_Strict):
@@ -85,14 +96,18 @@ _ALLOWED = {
     "precision": "fp32, fp16 or bf16",
     "opset": "18, the opset deploytk exports and tests (TensorRT's native attention raises it to 23 at build time)",
     "batch_size": "an int >= 1",
-    "img_size": "an int >= 16 or null (the model's default)",
+    "img_size": "an int >= 16 (square), [H, W] (each >= 16) or null (the model's default)",
 }
 
 
 def _format_validation_error(err: ValidationError, source: str) -> DeploytkError:
     problems = []
-    for e in err.errors():
-        loc = [str(p) for p in e["loc"] if not str(p).startswith(("int", "list[", "RInflection", "function-"))]
+    errors = err.errors()
+    nested = {".".join(map(str, e["loc"][:1])) for e in errors if len(e["loc"]) > 2}  # a union's deeper branch failed too
+    for e in errors:
+        if e["type"] == "int_type" and ".".join(map(str, e["loc"][:1])) in nested and isinstance(e.get("input"), list):
+            continue  # a list given where an int OR a list is allowed: the list branch's error says what is wrong
+        loc = [str(p) for p in e["loc"] if not str(p).startswith(("int", "list[", "tuple[", "constrained-", "RInflection", "function-"))]
         field = ".".join(loc) or "(top level)"
         if e["type"] == "extra_forbidden":
             parent = _model_at(loc[:-1])

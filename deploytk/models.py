@@ -31,7 +31,8 @@ def create_vit(cfg: DeployConfig) -> nn.Module:
     family = family_named(cfg.model)
     if family is not None:
         return _create_named(cfg, family)
-    if not timm.is_model(cfg.model):
+    hub = cfg.model.startswith("hf-hub:")  # timm's own syntax: the architecture and pretrained_cfg come from the Hub repo
+    if not hub and not timm.is_model(cfg.model):
         close = difflib.get_close_matches(cfg.model, timm.list_models(), n=3)
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
         raise DeploytkError(f"unknown timm model {cfg.model!r} (`model`).{hint}")
@@ -39,9 +40,9 @@ def create_vit(cfg: DeployConfig) -> nn.Module:
     if "img_size" in kwargs:
         raise DeploytkError("`model_kwargs.img_size` is not allowed: set `export.img_size` instead.")
     if cfg.export.img_size:
-        kwargs["img_size"] = cfg.export.img_size
+        kwargs["img_size"] = cfg.export.img_size if isinstance(cfg.export.img_size, int) else cfg.export.hw
     torch.manual_seed(RANDOM_INIT_SEED)
-    offline = cfg.pretrained and not _hub_reachable()
+    offline = (cfg.pretrained or hub) and not _hub_reachable()
     try:
         with _hub_offline(offline):
             model = timm.create_model(cfg.model, pretrained=cfg.pretrained, **kwargs)
@@ -56,6 +57,13 @@ def create_vit(cfg: DeployConfig) -> nn.Module:
             ) from None
         raise
     except Exception as err:
+        if hub and not cfg.pretrained:
+            why = "the Hugging Face Hub cannot be reached and the repo's config.json is not in the local cache" if offline else str(err)
+            raise DeploytkError(
+                f"timm could not read the Hub repo of {cfg.model!r} (`model`): {why.rstrip('.')}.",
+                hint="Online once (or with the repo in the Hugging Face cache), or name the timm architecture itself "
+                "(`deit_small_patch16_224`) and pass its weights with `checkpoint:`.",
+            ) from None
         if cfg.pretrained:
             why = (
                 "the Hugging Face Hub cannot be reached from this machine and they are not in the local cache"
@@ -97,7 +105,7 @@ def _create_named(cfg: DeployConfig, family: type[ModelFamily]) -> nn.Module:
     torch.manual_seed(RANDOM_INIT_SEED)
     model = family.load(cfg.model)
     size = adapt(model).img_size
-    if cfg.export.img_size and (cfg.export.img_size, cfg.export.img_size) != size:
+    if cfg.export.hw and cfg.export.hw != size:
         raise DeploytkError(
             f"`export.img_size` = {cfg.export.img_size}, but {cfg.model} is built for {size[0]}x{size[1]} (its config.json's "
             "image_size); deploytk does not resample a transformers model's position embedding.",
@@ -115,12 +123,13 @@ def _require_whole_patches(model: VisionTransformer, cfg: DeployConfig) -> None:
         return
     lost = max(v % p for v, p in zip(size, patch, strict=True))
     p = max(patch)
-    value = cfg.export.img_size if cfg.export.img_size else size[0]
-    near = sorted({value // p * p, -(-value // p) * p} - {0})
+    value = cfg.export.img_size if isinstance(cfg.export.img_size, int) else list(size)
+    side = next(v for v, q in zip(size, patch, strict=True) if v % q)
+    near = sorted({side // p * p, -(-side // p) * p} - {0})
     raise DeploytkError(
         f"`export.img_size` = {value} is not a multiple of {cfg.model}'s patch size {p}: timm's patch embedding (a Conv2d "
         f"with stride {p}, no padding) would drop the last {lost} pixel rows and columns of every image without a word.",
-        hint=f"Use {' or '.join(map(str, near))}.",
+        hint=f"Use {' or '.join(map(str, near))}" + (" for that side." if not isinstance(value, int) else "."),
     )
 
 

@@ -99,3 +99,42 @@ def test_a_relative_checkpoint_is_read_from_the_configs_folder(tmp_path, monkeyp
     with pytest.raises(DeploytkError, match="read relative to the config's folder") as err:
         load_config(tmp_path / "configs" / "old.yaml")
     assert "checkpoint: ../w.safetensors" in err.value.hint
+
+
+def hub_cache_with_timm_config(root, repo="timm/deit_tiny_patch16_224.fb_in1k", architecture="deit_tiny_patch16_224"):
+    """A Hugging Face cache holding one timm Hub repo's config.json (what `hf-hub:` names read), as huggingface_hub lays
+    it out: models--<owner>--<name>/refs/main -> snapshots/<commit>/config.json."""
+    import json
+
+    folder = root / f"models--{repo.replace('/', '--')}"
+    commit = "0" * 40
+    (folder / "refs").mkdir(parents=True)
+    (folder / "refs" / "main").write_text(commit)
+    (folder / "snapshots" / commit).mkdir(parents=True)
+    pretrained_cfg = {"num_classes": 1000, "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225], "crop_pct": 0.875}
+    config = {"architecture": architecture, "num_classes": 1000, "pretrained_cfg": pretrained_cfg | {"input_size": [3, 224, 224]}}
+    (folder / "snapshots" / commit / "config.json").write_text(json.dumps(config))
+    return root
+
+
+def test_timm_hub_names_are_accepted_and_say_what_to_do_offline_without_the_cache(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    config = tmp_path / "c.yaml"
+    config.write_text("model: hf-hub:timm/deit_tiny_patch16_224.fb_in1k\nmodel_kwargs: {depth: 2}\nmerge: {method: tome, r: 8}\n")
+
+    def inspect(cache):
+        env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
+        command = [sys.executable, "-c", "from deploytk.cli import main; main()", "inspect", str(config), "--json"]
+        return subprocess.run(command, capture_output=True, text=True, env=env)
+
+    found = inspect(hub_cache_with_timm_config(tmp_path / "cache"))
+    assert found.returncode == 0, found.stderr
+    assert json.loads(found.stdout)["tokens_per_layer"] == [197, 189]
+    (tmp_path / "empty").mkdir()
+    missing = inspect(tmp_path / "empty")
+    assert missing.returncode == 2 and "could not read the Hub repo of 'hf-hub:timm/deit_tiny_patch16_224.fb_in1k'" in missing.stderr
+    assert "Traceback" not in missing.stderr
