@@ -33,6 +33,7 @@ from deploytk.backends.base import seeded_batch  # noqa: E402
 from deploytk.export.artifacts import Artifact  # noqa: E402
 from deploytk.export.baseline import baseline_onnx  # noqa: E402
 from deploytk.export.inline import inline_deploytk_functions  # noqa: E402
+from deploytk.export.onnx_io import runnable  # noqa: E402
 
 LINEAR = "linear layers (weights)"
 
@@ -89,7 +90,8 @@ def profile_openvino(proto: onnx.ModelProto, batch: int, iterations: int) -> dic
     if proto.functions:
         proto = inline_deploytk_functions(proto)
     core = openvino.Core()
-    model = core.read_model(io.BytesIO(proto.SerializeToString()))
+    with runnable(proto) as source:  # bytes, or a temporary file with external data past protobuf's limit
+        model = core.read_model(io.BytesIO(source) if isinstance(source, bytes) else source)
     img = proto_img_size(proto)
     model.reshape({model.inputs[0].get_any_name(): [batch, 3, *img]})
     config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": cpu_threads(), "INFERENCE_PRECISION_HINT": "f32", "PERF_COUNT": True}

@@ -49,7 +49,7 @@ class DirectoryKind:
     replace_needs_force: bool = False
 
 
-def _default_mode(path: Path, mode: int) -> None:
+def default_mode(path: Path, mode: int) -> None:
     """mkstemp/mkdtemp create owner-only (0600/0700) entries; a user's outputs get the modes open() and mkdir() would give."""
     umask = os.umask(0)
     os.umask(umask)
@@ -143,7 +143,7 @@ class DirectoryOutput:
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-            _default_mode(tmp, 0o777)
+            default_mode(tmp, 0o777)
             yield tmp
             if not target.exists():
                 tmp.rename(target)
@@ -329,7 +329,7 @@ def atomic_file(target: Path) -> Iterator[Path]:
     fd, name = tempfile.mkstemp(prefix=f".{target.stem}.tmp-", suffix=target.suffix, dir=target.parent)
     os.close(fd)
     tmp = Path(name)
-    _default_mode(tmp, 0o666)
+    default_mode(tmp, 0o666)
     try:
         yield tmp
         os.replace(tmp, target)

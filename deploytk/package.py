@@ -29,6 +29,7 @@ import onnx
 from deploytk.backends.engine_manifest import onnx_mismatch, read_engine_manifest
 from deploytk.errors import DeploytkError
 from deploytk.export.artifacts import ENGINE_FILE, ENGINE_MANIFEST_FILE, Artifact
+from deploytk.export.onnx_io import data_file_name
 from deploytk.files import DirectoryKind, claim_directory
 from deploytk.progress import SILENT, Progress
 
@@ -70,7 +71,8 @@ def _model_files(folder: Path) -> set[str] | None:
                 return None
     except (OSError, UnicodeDecodeError):
         return None
-    return {CONFIG_FILE, README_FILE, *(f"{VERSION_DIR}/{r['file']}" for r in (_ONNX_RUNTIME, _TENSORRT))}
+    written = {f"{VERSION_DIR}/{r['file']}" for r in (_ONNX_RUNTIME, _TENSORRT)}
+    return {CONFIG_FILE, README_FILE, *written, f"{VERSION_DIR}/{data_file_name(_ONNX_RUNTIME['file'])}"}
 
 
 #: a model folder in a Triton repository; an earlier one is replaced only with --force (a server may be loading it)
@@ -121,6 +123,9 @@ def package_triton(
     with target.write() as tmp:  # a repository made for this model goes again if the write fails
         (tmp / VERSION_DIR).mkdir()
         shutil.copyfile(source, tmp / VERSION_DIR / runtime["file"])
+        data = artifact.manifest["onnx"].get("external_data")
+        if data and not engine:  # the weights of a model past protobuf's 2 GiB limit, beside it under the name it references
+            shutil.copyfile(artifact.directory / data["file"], tmp / VERSION_DIR / data["file"])
         (tmp / CONFIG_FILE).write_text(config)
         (tmp / README_FILE).write_text(readme)
     return {

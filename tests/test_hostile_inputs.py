@@ -32,7 +32,7 @@ runner = CliRunner()
 
 def config_text(stem: str = "digits_vit_tome_r4", **changes) -> str:
     data = yaml.safe_load((ROOT / "export_configs" / f"{stem}.yaml").read_text())
-    data["checkpoint"] = str(ROOT / data["checkpoint"])
+    data["checkpoint"] = str((ROOT / "export_configs" / data["checkpoint"]).resolve())  # relative to the config's folder
     for key, value in changes.items():
         data[key] = value
     return "# test config\n" + yaml.safe_dump(data)

@@ -70,3 +70,16 @@ def test_every_family_describes_itself():
     described = describe_families()
     assert [f["name"] for f in described] == list(FAMILIES) and all(f["summary"] and f["classes"] for f in described)
     assert [f["name"] for f in described if f["learned_reducers"]] == ["timm"]
+
+
+def test_onnx_files_are_written_in_one_place():
+    """export/onnx_io.py writes every ONNX file (external data past 2 GiB); a save_model elsewhere would break large models."""
+    found = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for folder in ("deploytk", "benchmarks", "scripts", "plugins")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if path.name != "onnx_io.py"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"\bonnx\.save(_model)?\(|\.SerializeToString\(\)", line) and "schema" not in line
+    ]
+    assert not found, "ONNX written or serialised outside deploytk/export/onnx_io.py:\n" + "\n".join(found)

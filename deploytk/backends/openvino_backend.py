@@ -34,6 +34,7 @@ from deploytk.errors import DeploytkError
 from deploytk.export.artifacts import Artifact
 from deploytk.export.baseline import baseline_onnx
 from deploytk.export.inline import inline_deploytk_functions
+from deploytk.export.onnx_io import runnable
 from deploytk.optional import openvino_version, require_openvino
 from deploytk.progress import SILENT, Progress
 
@@ -147,7 +148,9 @@ class OpenVinoBackend(Backend):
         if graph is not None:
             if graph.functions or any(n.domain for n in graph.graph.node):
                 graph = inline_deploytk_functions(graph)
-            model, outputs = core.read_model(io.BytesIO(graph.SerializeToString())), [o.name for o in graph.graph.output]
+            with runnable(graph) as source:  # bytes, or a temporary file with external data past protobuf's limit
+                model = core.read_model(io.BytesIO(source) if isinstance(source, bytes) else source)
+            outputs = [o.name for o in graph.graph.output]
         else:
             model, outputs = core.read_model(str(path)), [o["name"] for o in artifact.manifest["outputs"]]
         stable_topk(model)

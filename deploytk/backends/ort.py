@@ -17,6 +17,7 @@ from deploytk.errors import DeploytkError
 from deploytk.export.artifacts import Artifact
 from deploytk.export.baseline import baseline_onnx
 from deploytk.export.onnx_export import INPUT_NAME
+from deploytk.export.onnx_io import runnable
 from deploytk.progress import SILENT, Progress
 
 #: ONNX Runtime's CUDA provider runs fp32 MatMul/Conv in TF32 by default (10-bit mantissa), far
@@ -95,7 +96,9 @@ class OrtBackend(Backend):
         emulation = None
         if graph is None:
             graph, emulation = self.graph(artifact)
-        return OrtModel(ort_session(graph.SerializeToString(), self.name), artifact.img_size, emulation)
+        with runnable(graph) as source:  # bytes, or a temporary file with external data past protobuf's limit
+            session = ort_session(source, self.name)
+        return OrtModel(session, artifact.img_size, emulation)
 
     def load_for_timing(self, artifact, batch_sizes, progress: Progress = SILENT) -> tuple[OrtModel, OrtModel]:
         if self.device() == "cpu" and artifact.precision == "bf16":

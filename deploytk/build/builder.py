@@ -31,6 +31,7 @@ from deploytk.export.artifacts import BASELINE_ENGINE_FILE, ENGINE_FILE, ENGINE_
 from deploytk.export.baseline import baseline_onnx
 from deploytk.export.manifest import now_utc, sha256_file
 from deploytk.export.onnx_export import INPUT_NAME
+from deploytk.export.onnx_io import runnable
 from deploytk.files import write_atomically
 from deploytk.optional import require_tensorrt
 from deploytk.progress import SILENT, Progress
@@ -93,7 +94,9 @@ def _build(trt, logger, model: onnx.ModelProto, options: BuildOptions, input_sha
     network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
     parser = trt.OnnxParser(network, logger)
     progress.step(f"parsing the ONNX ({what})")
-    if not parser.parse(model.SerializeToString()):
+    with runnable(model) as graph:  # bytes, or a temporary file with external data past protobuf's limit
+        parsed = parser.parse(graph) if isinstance(graph, bytes) else parser.parse_from_file(graph)
+    if not parsed:
         errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
         raise DeploytkError(
             f"TensorRT's ONNX parser rejected {source}: {errors}",

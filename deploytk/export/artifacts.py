@@ -11,6 +11,7 @@ from pathlib import Path
 from deploytk.config import DeployConfig, config_from_dict
 from deploytk.errors import DeploytkError
 from deploytk.export.manifest import sha256_file
+from deploytk.export.onnx_io import data_file_name
 from deploytk.files import DirectoryKind
 
 MODEL_FILE = "model.onnx"
@@ -35,8 +36,9 @@ def _artifact_files(directory: Path) -> set[str] | None:
     if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
         return None
     baseline = directory / BASELINE_DIR
-    cached = {f"{BASELINE_DIR}/{p.name}" for p in baseline.glob("dense-*.onnx")} if baseline.is_dir() else set()
-    return {MANIFEST_FILE, MODEL_FILE, INLINED_MODEL_FILE, ENGINE_FILE, BASELINE_ENGINE_FILE, ENGINE_MANIFEST_FILE} | cached
+    cached = {f"{BASELINE_DIR}/{p.name}" for p in baseline.glob("dense-*.onnx*")} if baseline.is_dir() else set()
+    models = {MODEL_FILE, INLINED_MODEL_FILE}
+    return {MANIFEST_FILE, ENGINE_FILE, BASELINE_ENGINE_FILE, ENGINE_MANIFEST_FILE} | models | {data_file_name(m) for m in models} | cached
 
 
 #: an export folder, as `deploytk export --output` claims it (deploytk.files: the rule for every output)
@@ -67,14 +69,19 @@ def read_manifest(directory: Path, verify_model: bool = True) -> dict:
     except (OSError, json.JSONDecodeError) as err:
         raise DeploytkError(f"{path} could not be read as JSON ({err}).", hint="Re-run `deploytk export`.") from None
     if verify_model:
-        actual = sha256_file(Path(directory) / MODEL_FILE)
-        expected = manifest.get("onnx", {}).get("sha256")
-        if actual != expected:
-            raise DeploytkError(
-                f"{Path(directory) / MODEL_FILE} does not match its manifest (sha256 {actual[:12]}... vs "
-                f"{str(expected)[:12]}...): the file was changed after export.",
-                hint="Re-run `deploytk export` to regenerate both.",
-            )
+        record = manifest.get("onnx", {})
+        files = [(MODEL_FILE, record.get("sha256"))]
+        if record.get("external_data"):  # the weights of a model past protobuf's 2 GiB limit
+            files.append((record["external_data"]["file"], record["external_data"]["sha256"]))
+        for name, expected in files:
+            path = Path(directory) / name
+            actual = sha256_file(path) if path.is_file() else "(missing)"
+            if actual != expected:
+                raise DeploytkError(
+                    f"{path} does not match its manifest (sha256 {actual[:12]}... vs {str(expected)[:12]}...): the file was "
+                    "changed or removed after export.",
+                    hint="Re-run `deploytk export` to regenerate the artifact.",
+                )
     return manifest
 
 
@@ -106,7 +113,11 @@ class Artifact:
         if not record:
             return None
         path = self.directory / record["file"]
-        if not path.is_file() or sha256_file(path) != record["sha256"]:
+        data = record.get("external_data")
+        if any(
+            not p.is_file() or sha256_file(p) != sha
+            for p, sha in [(path, record["sha256"])] + ([(self.directory / data["file"], data["sha256"])] if data else [])
+        ):
             raise DeploytkError(
                 f"{path} is missing or does not match its manifest: the file was changed after export.",
                 hint="Re-run `deploytk export --format onnx-inlined` to regenerate the artifact.",

@@ -35,9 +35,8 @@ def baseline_onnx(artifact: Artifact, merged: MergedViT | None = None) -> Path:
         cfg = artifact.config
         merged = merged if merged is not None else build_reference(cfg)
         with atomic_file(cache) as tmp:
-            export_model(
-                dense_model(merged, cfg.export.precision), artifact.img_size, cfg.export.batch_size, manifest["onnx"]["opset"], tmp
-            )
+            dense = dense_model(merged, cfg.export.precision)
+            export_model(dense, artifact.img_size, cfg.export.batch_size, manifest["onnx"]["opset"], tmp, cache.name)
     return cache
 
 

@@ -24,6 +24,8 @@ from torch import nn
 from torch.onnx._internal._lazy_import import onnxscript_apis
 
 from deploytk.errors import DeploytkError
+from deploytk.export import onnx_io
+from deploytk.export.onnx_io import save_onnx, weight_bytes
 from deploytk.ops import DOMAIN, DOMAIN_VERSION, OPS, PLUGIN_ATTRIBUTES, custom_translation_table
 
 #: ONNX Runtime 1.31 rejects IR > 13 and onnx 1.23 writes 14; IR 10 is what ORT and TensorRT's parser both read.
@@ -68,11 +70,14 @@ def _quiet():
             raise
 
 
-def export_model(model: nn.Module, img_size: tuple[int, int], batch_size: int, opset: int, path: Path) -> onnx.ModelProto:
+def export_model(
+    model: nn.Module, img_size: tuple[int, int], batch_size: int, opset: int, path: Path, name: str | None = None
+) -> onnx.ModelProto:
     """Export ``model`` (input [batch, 3, H, W] -> logits) with a symbolic batch dimension.
 
     The file must hold exactly the deploytk ops the traced model calls (torch.export drops
     dead ones, such as a last size aggregation nothing reads): one custom node per call.
+    Weights past protobuf's limit go to an external data file named after ``name`` (``path``'s final name; see onnx_io).
     """
     example = torch.randn(batch_size, 3, *img_size, generator=torch.Generator().manual_seed(0))
     batch = torch.export.Dim("batch", min=1, max=65536)
@@ -96,7 +101,7 @@ def export_model(model: nn.Module, img_size: tuple[int, int], batch_size: int, o
     traced = traced_op_counts(program.exported_program.graph)
     if custom_op_counts(proto) != traced:
         raise DeploytkError(f"internal: the ONNX file's custom ops {custom_op_counts(proto)} differ from the traced model's {traced}.")
-    onnx.save_model(proto, str(path))
+    save_onnx(proto, path, name)
     return proto
 
 
@@ -126,7 +131,8 @@ def finalize(proto: onnx.ModelProto) -> onnx.ModelProto:
                 node.attribute.append(onnx.helper.make_attribute(key, value))
     if not any(o.domain == DOMAIN for o in proto.opset_import):
         proto.opset_import.append(onnx.helper.make_opsetid(DOMAIN, DOMAIN_VERSION))
-    onnx.checker.check_model(proto, full_check=True)
+    if weight_bytes(proto) <= onnx_io.EXTERNAL_DATA_BYTES:  # a larger one is checked by path when saved (save_onnx)
+        onnx.checker.check_model(proto, full_check=True)
     return proto
 
 

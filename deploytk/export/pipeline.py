@@ -6,8 +6,6 @@ import json
 import time
 from pathlib import Path
 
-import onnx
-
 from deploytk.analysis.inspect import flops_summary, img_size_of, method_summary, schedule_summary
 from deploytk.config import DeployConfig, config_to_dict
 from deploytk.errors import DeploytkError
@@ -15,6 +13,7 @@ from deploytk.export.artifacts import EXPORT, INLINED_MODEL_FILE, MANIFEST_FILE,
 from deploytk.export.inline import inline_deploytk_functions
 from deploytk.export.manifest import now_utc, package_versions, sha256_file
 from deploytk.export.onnx_export import INPUT_NAME, IR_VERSION, OUTPUT_NAME, custom_op_counts, export_model
+from deploytk.export.onnx_io import data_file_name, save_onnx
 from deploytk.files import claim_directory
 from deploytk.merging.precision import to_precision
 from deploytk.models import build_reference
@@ -22,6 +21,11 @@ from deploytk.progress import SILENT, Progress
 
 #: --format: the plugin-ready file alone, or with a standard-op copy for runtimes without model-local functions
 FORMATS = ("onnx", "onnx-inlined")
+
+
+def external_data(folder: Path, name: str | None) -> dict:
+    """The manifest's record of an ONNX file's external data file (none for a model under protobuf's limit)."""
+    return {"external_data": {"file": name, "sha256": sha256_file(folder / name)}} if name else {}
 
 
 def run_export(cfg: DeployConfig, output: Path, progress: Progress = SILENT, fmt: str = "onnx", force: bool = False) -> dict:
@@ -56,8 +60,8 @@ def run_export(cfg: DeployConfig, output: Path, progress: Progress = SILENT, fmt
         inlined = None
         if fmt == "onnx-inlined":
             progress.step("writing the inlined copy (standard ONNX ops only)")
-            onnx.save_model(inline_deploytk_functions(proto), str(tmp / INLINED_MODEL_FILE))
-            inlined = {"file": INLINED_MODEL_FILE, "sha256": sha256_file(tmp / INLINED_MODEL_FILE)}
+            inlined_data = save_onnx(inline_deploytk_functions(proto), tmp / INLINED_MODEL_FILE)
+            inlined = {"file": INLINED_MODEL_FILE, "sha256": sha256_file(tmp / INLINED_MODEL_FILE), **external_data(tmp, inlined_data)}
         progress.step("writing manifest")
         manifest = {
             "format": MANIFEST_FORMAT,
@@ -81,6 +85,7 @@ def run_export(cfg: DeployConfig, output: Path, progress: Progress = SILENT, fmt
             "onnx": {
                 "file": MODEL_FILE,
                 "sha256": sha256_file(tmp / MODEL_FILE),
+                **external_data(tmp, data_file_name(MODEL_FILE) if (tmp / data_file_name(MODEL_FILE)).is_file() else None),
                 "ir_version": IR_VERSION,
                 "opset": cfg.export.opset,
                 "precision": cfg.export.precision,

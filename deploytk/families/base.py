@@ -105,7 +105,7 @@ class ModelFamily:
     embed_dim: int
     #: the MLP's hidden width (``tune`` estimates a schedule's FLOPs from it)
     mlp_dim: int
-    #: "token", "avg", "avgmax", "max" or "" (see ``POOLS``)
+    #: "token", "avg", "avgmax", "max", "" (see ``POOLS``) or "attention" (a learned query attends over the tokens)
     pool: str
     #: the model's classes (0: no head; the output is the pooled feature of width ``num_features``)
     num_classes: int

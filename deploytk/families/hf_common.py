@@ -87,7 +87,11 @@ class HFFamily(ModelFamily):
         raise NotImplementedError
 
     def eval_transform(self):
-        """Resize to ``img_size`` and normalise, as the family's transformers image processor does (no crop)."""
+        """The model's own image processor (``preprocessor_config.json`` in its folder or Hub repo, through
+        ``AutoImageProcessor``) when it has one; otherwise a resize to ``img_size`` with the family's default mean/std."""
+        processor = self._image_processor()
+        if processor is not None:
+            return lambda image: processor(images=image, return_tensors="pt")["pixel_values"][0]
         from torchvision import transforms  # torchvision comes with timm
 
         mean, std, _ = self.image_processor_settings()
@@ -100,8 +104,36 @@ class HFFamily(ModelFamily):
         )
 
     def normalization(self):
+        processor = self._image_processor()
+        if processor is not None and getattr(processor, "image_mean", None) is not None:
+            return tuple(processor.image_mean), tuple(processor.image_std)
         mean, std, _ = self.image_processor_settings()
         return mean, std
+
+    def _image_processor(self):
+        """The saved image processor, checked to produce ``img_size``; None when the model has none."""
+        if hasattr(self, "_processor"):
+            return self._processor
+        import transformers  # optional: deploytk[hf]; a model of it is loaded already
+
+        self._processor = None
+        where = getattr(self.model, "name_or_path", "") or ""
+        if where:
+            try:
+                self._processor = transformers.AutoImageProcessor.from_pretrained(where)
+            except (OSError, ValueError):  # no preprocessor_config.json: the family's defaults
+                self._processor = None
+        if self._processor is not None:
+            from PIL import Image
+
+            size = tuple(self._processor(images=Image.new("RGB", (7, 5)), return_tensors="pt")["pixel_values"].shape[-2:])
+            if size != self.img_size:
+                raise DeploytkError(
+                    f"{where}'s image processor makes {size[0]}x{size[1]} images, but the model is built for "
+                    f"{self.img_size[0]}x{self.img_size[1]}.",
+                    hint="Save the processor that matches the model (its size / crop_size) with save_pretrained.",
+                )
+        return self._processor
 
 
 class OutputOf(nn.Module):
@@ -147,4 +179,5 @@ def load_hf(name: str) -> nn.Module:
     cls = getattr(transformers, architectures[0], None)
     if cls is None:
         raise DeploytkError(f"`model: {name}`: transformers {transformers.__version__} has no class {architectures[0]}.")
+    transformers.logging.disable_progress_bar()  # deploytk reports its own progress; stderr stays for errors
     return cls.from_pretrained(where, attn_implementation="eager").eval()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch.nn.functional as F
 from timm.data import create_transform, resolve_data_config
-from timm.layers import Attention
+from timm.layers import Attention, AttentionPoolLatent
 from timm.models import clean_state_dict
 from timm.models.vision_transformer import Block, ResPostBlock, VisionTransformer, checkpoint_filter_fn
 from torch import nn
@@ -91,8 +91,16 @@ class TimmViT(ModelFamily):
                 )
             if type(blk.attn) is not Attention:
                 raise DeploytkError(f"block {i} uses {type(blk.attn).__name__}; deploytk supports timm's standard Attention.")
-        if getattr(vit, "attn_pool", None) is not None or vit.global_pool not in POOLS:
-            raise DeploytkError(f"global_pool={vit.global_pool!r} is not supported; allowed: token, avg, avgmax, max, ''.")
+        pool = getattr(vit, "attn_pool", None)
+        if pool is not None:
+            if type(pool) is not AttentionPoolLatent or pool.pos_embed is not None or pool.pool not in ("token", "avg"):
+                raise DeploytkError(
+                    f"global_pool={vit.global_pool!r} with {type(pool).__name__} (pos_embed={pool.pos_embed is not None}, "
+                    f"pool={getattr(pool, 'pool', None)!r}) is not supported: deploytk runs timm's AttentionPoolLatent without a "
+                    "position embedding of its own (SigLIP's `map` head), pooled by its first latent or their mean."
+                )
+        elif vit.global_pool not in POOLS:
+            raise DeploytkError(f"global_pool={vit.global_pool!r} is not supported; allowed: token, avg, avgmax, max, map, ''.")
         if getattr(vit, "dynamic_img_size", False):
             raise DeploytkError("dynamic_img_size=True models are not supported: export needs a fixed image size.")
         self.blocks = [TimmBlock(b) for b in vit.blocks]
@@ -104,7 +112,7 @@ class TimmViT(ModelFamily):
         self.img_size = (int(img), int(img)) if isinstance(img, int) else (int(img[0]), int(img[1]))
         self.embed_dim = int(vit.embed_dim)
         self.mlp_dim = int(vit.blocks[0].mlp.fc1.out_features)
-        self.pool = vit.global_pool
+        self.pool = "attention" if pool is not None else vit.global_pool
         self.num_classes = int(vit.num_classes)
         self.num_features = int(vit.num_features)
         self.architecture = vit.default_cfg.get("architecture", type(vit).__name__)
@@ -121,7 +129,24 @@ class TimmViT(ModelFamily):
         if self.has_dist_token:  # distilled DeiT: average both heads
             return (vit.head(vit.head_drop(x[:, 0])) + vit.head_dist(vit.head_drop(x[:, 1]))) / 2
         skip = 0 if vit.pool_include_prefix else self.num_prefix_tokens
-        return vit.head(vit.head_drop(vit.fc_norm(pool_tokens(x, size, self.pool, skip))))
+        pooled = self._attention_pool(x[:, skip:], size[:, skip:]) if self.pool == "attention" else pool_tokens(x, size, self.pool, skip)
+        return vit.head(vit.head_drop(vit.fc_norm(pooled)))
+
+    def _attention_pool(self, x, size):
+        """timm's AttentionPoolLatent (SigLIP's `map` head) with log(size) on its latent queries' logits: over merged
+        tokens the latents attend proportionally, as the blocks do (plain ops, fp32 softmax)."""
+        pool = self.model.attn_pool
+        b, n, _ = x.shape
+        latents = pool.latent.expand(b, -1, -1)
+        q = pool.q(latents).reshape(b, pool.latent_len, pool.num_heads, pool.head_dim).transpose(1, 2)
+        k, v = pool.kv(x).reshape(b, n, 2, pool.num_heads, pool.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        q, k = pool.q_norm(q), pool.k_norm(k)
+        logits = ((q * pool.scale) @ k.transpose(-2, -1)).float() + size.log()[:, None, None, :, 0]
+        out = (logits.softmax(dim=-1).to(v.dtype) @ v).transpose(1, 2).reshape(b, pool.latent_len, -1)
+        out = pool.proj_drop(pool.proj(out))
+        if pool.mlp is not None:
+            out = out + pool.mlp(pool.norm(out))
+        return out[:, 0] if pool.pool == "token" else out.mean(1)
 
     def block_path(self, i):
         return f"blocks.{i}"

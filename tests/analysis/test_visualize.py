@@ -102,7 +102,7 @@ def test_source_maps_equal_token_aggregate_of_one_hot_sources(merge, digit_png):
     """An independent composition (ToMe's ``trace_source`` idea): one-hot patch sources pushed through the method's own
     choices with TokenAggregate; a patch's token is the one whose source row holds it, dropped where none does."""
     model = build_reference(tiny(merge))
-    x = load_image(digit_png, model.vit)
+    x = load_image(digit_png, model.family)
     calls = []
     model.dest_hook = lambda op, args, dest: calls.append(dest) or dest
     with torch.no_grad():

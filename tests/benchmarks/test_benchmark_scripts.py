@@ -123,3 +123,11 @@ def test_cpu_op_profile_groups_nodes_by_deploytk_op(tmp_path):
         # every deploytk op of the graph shows up as a group of the merged model, none in the dense one
         assert {"deploytk ToMeMatch", "deploytk TokenAggregate"} <= set(merged) and not any(g.startswith("deploytk") for g in dense)
         assert merged["linear layers (weights)"] > 0 and dense["linear layers (weights)"] > 0
+
+
+def test_export_large_smoke(tmp_path):
+    report, _ = run_script("export_large.py", tmp_path / "x.json", interpret=False)
+    (row,) = report["models"]
+    assert report["smoke"] and report["command"].startswith("python") and row["model"] == "deit_tiny_patch16_224"
+    assert row["export_peak_rss_gib"] > 0.1 and row["validate_ort"]["passed"] and row["external_data_mb"] is None
+    assert row["tokens_per_layer"] == [197, 189]

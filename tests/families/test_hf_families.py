@@ -175,3 +175,22 @@ def test_hf_refusals_say_what_to_do(saved, tmp_path):
         create_vit(config_from_dict({"model": f"hf:{folder}", "checkpoint": str(tmp_path / "w.pth"), "export": {"img_size": None}}))
     with pytest.raises(DeploytkError, match="transformers could not read its config"):
         create_vit(config_from_dict({"model": f"hf:{tmp_path}", "export": {"img_size": None}}))
+
+
+def test_the_saved_image_processor_is_the_preprocessing(saved, tmp_path):
+    from PIL import Image
+
+    from deploytk.families import adapt
+
+    folder = tmp_path / "vit"
+    transformers.ViTModel.from_pretrained(saved["ViTModel"]).save_pretrained(folder)
+    processor = transformers.ViTImageProcessor(size={"height": 32, "width": 32}, image_mean=[0.1, 0.2, 0.3], image_std=[0.5, 0.4, 0.3])
+    processor.save_pretrained(folder)
+    family = adapt(create_vit(config(folder)))
+    image = Image.fromarray(np.random.default_rng(0).integers(0, 255, (40, 50, 3), dtype=np.uint8))
+    want = processor(images=image, return_tensors="pt")["pixel_values"][0]
+    torch.testing.assert_close(family.eval_transform()(image), want, rtol=0, atol=0)
+    assert family.normalization() == ((0.1, 0.2, 0.3), (0.5, 0.4, 0.3))
+    transformers.ViTImageProcessor(size={"height": 48, "width": 48}).save_pretrained(folder)
+    with pytest.raises(DeploytkError, match="image processor makes 48x48 images, but the model is built for 32x32"):
+        adapt(create_vit(config(folder))).eval_transform()

@@ -21,6 +21,7 @@ VARIANTS = {
     "avg_pool_no_cls": ("vit_small_patch16_224", dict(depth=4, global_pool="avg", class_token=False, fc_norm=True)),
     "other_img_size": ("deit_tiny_patch16_224", dict(depth=4, img_size=160)),
     "res_post_norm": ("vit_small_patch16_224", dict(depth=3, block_fn=timm.models.vision_transformer.ResPostBlock)),
+    "siglip_map_head": ("vit_base_patch16_siglip_224", dict(depth=3, embed_dim=192, num_heads=3)),
 }
 
 
@@ -78,5 +79,19 @@ def test_size_weighted_average_pool():
 
 def test_unsupported_pool_is_rejected():
     vit = timm.create_model("vit_small_patch16_224", depth=1, global_pool="map")
-    with pytest.raises(DeploytkError, match="global_pool='map' is not supported; allowed: token, avg"):
+    vit.attn_pool.pos_embed = torch.nn.Parameter(torch.zeros(196, 384))  # a pooling position embedding fixes the token count
+    with pytest.raises(DeploytkError, match="global_pool='map' with AttentionPoolLatent \\(pos_embed=True"):
         MergedViT.dense(vit)
+
+
+def test_the_attention_pool_weighs_a_merged_token_as_the_tokens_it_stands_for():
+    """SigLIP's `map` head over [a (size 2), b] equals it over [a, a, b]: log(size) on the latent's logits."""
+    vit = build("vit_base_patch16_siglip_224", dict(depth=1, embed_dim=192, num_heads=3))
+    family = MergedViT.dense(vit).family
+    a, b = torch.randn(2, 1, 1, 192).unbind(0)
+    with torch.no_grad():
+        merged = family.head(torch.cat([a, b], 1), torch.tensor([[[2.0], [1.0]]]))
+        duplicated = family.head(torch.cat([a, a, b], 1), torch.ones(1, 3, 1))
+        plain = family.head(torch.cat([a, b], 1), torch.ones(1, 2, 1))
+    torch.testing.assert_close(merged, duplicated, rtol=1e-5, atol=1e-5)
+    assert (merged - plain).abs().max() > 1e-3  # the size mattered

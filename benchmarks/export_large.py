@@ -1,0 +1,102 @@
+"""Export time and peak memory of large ViTs (ViT-L/16, ViT-H/14), and that their exports validate.
+
+Each model (random weights: neither time nor memory depends on them) is exported with ToMe r=8
+in fp32 by `deploytk export --json` in a child process, whose peak resident memory is read
+from the kernel (``os.wait4``'s ``ru_maxrss``); then `deploytk validate` (ONNX Runtime, 2
+seeded images) checks it against the PyTorch reference, also in a child process. ViT-H's
+2.5 GB of fp32 weights are past protobuf's 2 GiB limit, so its export keeps them in
+``model.onnx.data`` beside ``model.onnx``. The exports go to a temporary folder and are
+removed. Writes benchmarks/results/export_large_<cpu>.json.
+
+    python benchmarks/export_large.py                          # ~15 min on a 2-core CPU, ~12 GB of memory
+    python benchmarks/export_large.py --smoke --output /tmp/x.json   # DeiT-Tiny: does it run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.common import RESULTS, write_result  # noqa: E402
+from deploytk.files import claim_file  # noqa: E402
+from deploytk.machine import host  # noqa: E402
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default="vit_large_patch16_224,vit_huge_patch14_224")
+    p.add_argument("--r", type=int, default=8)
+    p.add_argument("--smoke", action="store_true", help="DeiT-Tiny, 2 blocks: checks the script, measures nothing of interest.")
+    p.add_argument("--output", type=Path, default=None)
+    return p.parse_args(argv)
+
+
+def run_child(args: list[str]) -> tuple[subprocess.CompletedProcess, float, float]:
+    """(the finished `deploytk ...` process, wall seconds, its peak resident memory in GiB from ``os.wait4``)."""
+    with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-c", "from deploytk.cli import main; main()", *args], stdout=stdout, stderr=stderr)
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        stdout.seek(0)
+        stderr.seek(0)
+        done = subprocess.CompletedProcess(args, proc.returncode, stdout.read(), stderr.read())
+    return done, seconds, usage.ru_maxrss / 2**20  # KiB on Linux
+
+
+def measure(model: str, r: int, folder: Path, depth: int | None = None) -> dict:
+    config = folder / f"{model}.yaml"
+    kwargs = f"model_kwargs: {{depth: {depth}}}\n" if depth else ""
+    config.write_text(f"model: {model}\n{kwargs}export: {{batch_size: 1}}\nmerge: {{method: tome, r: {r}}}\n")
+    out = folder / model
+    export, seconds, peak = run_child(["export", str(config), "--output", str(out), "--json"])
+    if export.returncode != 0:
+        raise SystemExit(f"export of {model} failed:\n{export.stderr[-3000:]}")
+    manifest = json.loads((out / "manifest.json").read_text())
+    data = manifest["onnx"].get("external_data")
+    validate, validate_seconds, validate_peak = run_child(["validate", str(out), "--num-images", "2", "--batch-size", "1", "--json"])
+    report = json.loads(validate.stdout) if validate.stdout.strip() else {}
+    row = {
+        "model": model,
+        "tokens_per_layer": manifest["schedule"]["tokens_per_layer"],
+        "gflops": manifest["gflops"],
+        "dense_gflops": manifest["dense_gflops"],
+        "export_seconds": round(seconds, 1),
+        "torch_onnx_export_seconds": manifest["onnx"]["export_seconds"],
+        "export_peak_rss_gib": round(peak, 2),
+        "model_onnx_mb": round((out / "model.onnx").stat().st_size / 1e6, 1),
+        "external_data_mb": round((out / data["file"]).stat().st_size / 1e6, 1) if data else None,
+        "validate_ort": {
+            "passed": validate.returncode == 0,
+            "seconds": round(validate_seconds, 1),
+            "peak_rss_gib": round(validate_peak, 2),
+            "max_abs_diff": report.get("metrics", {}).get("max_abs_diff"),
+        },
+    }
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    models = ["deit_tiny_patch16_224"] if args.smoke else args.models.split(",")
+    cpu = re.sub(r"[^a-z0-9]+", "_", host()["cpu"].lower()).strip("_")[:40]
+    out = claim_file(args.output or RESULTS / f"export_large_{cpu}.json", "deploytk benchmarks/export_large.py")
+    with tempfile.TemporaryDirectory(prefix="deploytk-large-") as folder:
+        rows = [measure(m, args.r, Path(folder), depth=2 if args.smoke else None) for m in models]
+    write_result(out, {"smoke": args.smoke, "environment": host(), "r": args.r, "models": rows})
+
+
+if __name__ == "__main__":
+    main()
