@@ -36,11 +36,11 @@ def test_an_export_past_the_limit_keeps_its_weights_beside_it_and_every_backend_
     with torch.no_grad():
         want = build_reference(digits_config("digits_vit_tome_r4"))(torch.from_numpy(x)).numpy()
     artifact = Artifact.open(out)
-    for backend in ("ort", "openvino"):
+    for backend in ("ort", "openvino"):  # each inlines or reads the graph through a temporary external-data copy
         got = next(iter(get_backend(backend).load(artifact, [8]).run(x).values()))
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-        report, _ = run_validation(out, backend, num_images=8, batch_size=8)  # the probed graph goes through a temporary copy
-        assert report.passed, (backend, report.to_dict())
+    report, _ = run_validation(out, "ort", num_images=8, batch_size=8)  # the graph with probe outputs, too
+    assert report.passed, report.to_dict()
     baseline = baseline_onnx(artifact)  # profile's unmerged baseline, cached with its own data file
     assert (baseline.parent / f"{baseline.name}.data").is_file()
     merged, dense = get_backend("ort").load_for_timing(artifact, [8])

@@ -117,24 +117,14 @@ def hub_cache_with_timm_config(root, repo="timm/deit_tiny_patch16_224.fb_in1k", 
     return root
 
 
-def test_timm_hub_names_are_accepted_and_say_what_to_do_offline_without_the_cache(tmp_path):
-    import json
-    import os
-    import subprocess
-    import sys
+def test_timm_hub_names_are_accepted_and_say_what_to_do_offline_without_the_cache(tmp_path, monkeypatch):
+    from huggingface_hub import constants
 
-    config = tmp_path / "c.yaml"
-    config.write_text("model: hf-hub:timm/deit_tiny_patch16_224.fb_in1k\nmodel_kwargs: {depth: 2}\nmerge: {method: tome, r: 8}\n")
-
-    def inspect(cache):
-        env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
-        command = [sys.executable, "-c", "from deploytk.cli import main; main()", "inspect", str(config), "--json"]
-        return subprocess.run(command, capture_output=True, text=True, env=env)
-
-    found = inspect(hub_cache_with_timm_config(tmp_path / "cache"))
-    assert found.returncode == 0, found.stderr
-    assert json.loads(found.stdout)["tokens_per_layer"] == [197, 189]
-    (tmp_path / "empty").mkdir()
-    missing = inspect(tmp_path / "empty")
-    assert missing.returncode == 2 and "could not read the Hub repo of 'hf-hub:timm/deit_tiny_patch16_224.fb_in1k'" in missing.stderr
-    assert "Traceback" not in missing.stderr
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # as HF_HUB_OFFLINE=1 does: the cache answers, nothing else
+    cfg = config_from_dict({"model": "hf-hub:timm/deit_tiny_patch16_224.fb_in1k", "model_kwargs": {"depth": 2}, "merge": {"r": 8}})
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hub_cache_with_timm_config(tmp_path / "cache")))
+    assert build_reference(cfg).schedule.tokens == [197, 189]
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
+    with pytest.raises(DeploytkError, match=r"could not read the Hub repo of 'hf-hub:timm/deit_tiny_patch16_224.fb_in1k'") as err:
+        create_vit(cfg)
+    assert "name the timm architecture itself" in err.value.hint
