@@ -5,7 +5,7 @@ A bf16 graph on OpenVINO is refused by design (its bf16 precision also lowers th
 parts) and recorded as "refused", not as a failure. Writes
 benchmarks/results/validate_all_configs.json and prints a summary; exit 1 if any validation failed.
 
-    python scripts/validate_all_configs.py                             # every config, ort + openvino (34 min on 2 cores)
+    python scripts/validate_all_configs.py                             # every config, ort + openvino (about 30 min on 2 cores)
     python scripts/validate_all_configs.py --configs 'deit_tiny_*' --backends openvino
 """
 
