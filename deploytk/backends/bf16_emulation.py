@@ -14,6 +14,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from deploytk.export.onnx_io import infer_shapes
+
 EMULATION_NOTE = (
     "bf16 emulated on ONNX Runtime CPU (no bf16 kernels there): fp32 arithmetic, every bf16 tensor rounded to bf16 where it is produced"
 )
@@ -35,7 +37,7 @@ def _rounding(name: str, raw: str) -> list[onnx.NodeProto]:
 
 def emulate_bf16(model: onnx.ModelProto) -> onnx.ModelProto:
     """An fp32 copy of ``model`` that rounds every bf16 tensor of the main graph to bf16."""
-    inferred = onnx.shape_inference.infer_shapes(model)
+    inferred = infer_shapes(model)
     bf16_values = {v.name for v in list(inferred.graph.value_info) + list(inferred.graph.output) if v.type.tensor_type.elem_type == BF16}
     out = onnx.ModelProto()
     out.CopyFrom(model)

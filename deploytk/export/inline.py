@@ -13,6 +13,7 @@ from onnx import inliner
 
 from deploytk.errors import DeploytkError
 from deploytk.export.onnx_export import IR_VERSION
+from deploytk.export.onnx_io import infer_shapes, restore_weights, without_large_weights
 from deploytk.ops import DOMAIN
 
 
@@ -22,8 +23,7 @@ def inline_deploytk_functions(proto: onnx.ModelProto) -> onnx.ModelProto:
     Every inlined node is named ``<Op>/<its name in the body>`` (plus the inliner's call suffix), so
     a runtime's per-node profile still says which deploytk op a node came from.
     """
-    named = onnx.ModelProto()
-    named.CopyFrom(proto)
+    named = without_large_weights(proto)  # the inliner serialises the model for ONNX's C++: without its weights, any size
     for function in named.functions:
         if function.domain == DOMAIN:
             for i, node in enumerate(function.node):
@@ -35,6 +35,7 @@ def inline_deploytk_functions(proto: onnx.ModelProto) -> onnx.ModelProto:
     del out.opset_import[:]
     out.opset_import.extend(opsets)
     out.ir_version = IR_VERSION
+    restore_weights(out, proto)
     # the bodies are untyped (functions are generic); a Loop's carried values (KMedoidsSelect's rounds) then have no
     # type inside the inlined body, and OpenVINO cannot convert the body's ArgMin/GatherElements: infer them
-    return onnx.shape_inference.infer_shapes(out)
+    return infer_shapes(out)

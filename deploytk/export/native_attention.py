@@ -38,6 +38,7 @@ import onnx
 from onnx import TensorProto, defs, helper, numpy_helper
 
 from deploytk.errors import DeploytkError
+from deploytk.export.onnx_io import infer_shapes
 from deploytk.ops import DOMAIN
 
 OP_NAME = "ProportionalAttention"
@@ -238,7 +239,7 @@ def _all_nodes(nodes):
 def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
     """Element type of each named value of the main graph, as far as shape inference knows it."""
     try:
-        inferred = onnx.shape_inference.infer_shapes(model)
+        inferred = infer_shapes(model)
     except Exception:  # an unknown type only costs a CastLike
         inferred = model
     g = inferred.graph

@@ -53,6 +53,56 @@ def save_onnx(proto: onnx.ModelProto, path: Path, name: str | None = None, check
     return data
 
 
+def infer_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """``onnx.shape_inference.infer_shapes`` for a model of any size. Past the limit (where protobuf cannot serialise the
+    model for ONNX's C++ inference) it infers on the graph without its large weights, whose shapes and types are all
+    inference reads of them, and writes the inferred ``value_info`` into ``proto`` itself, which it returns."""
+    if weight_bytes(proto) <= EXTERNAL_DATA_BYTES:
+        return onnx.shape_inference.infer_shapes(proto)
+    inferred = onnx.shape_inference.infer_shapes(without_large_weights(proto))
+    del proto.graph.value_info[:]
+    proto.graph.value_info.extend(inferred.graph.value_info)
+    return proto
+
+
+def without_large_weights(proto: onnx.ModelProto, keep_bytes: int = 1024) -> onnx.ModelProto:
+    """A copy of ``proto`` whose initializers above ``keep_bytes`` keep their name, type and shape but not their data
+    (small ones, such as the shapes a Reshape reads, stay whole)."""
+    out = onnx.ModelProto()
+    for field, value in proto.ListFields():
+        if field.name != "graph":
+            _copy_field(out, field, value)
+    for field, value in proto.graph.ListFields():
+        if field.name != "initializer":
+            _copy_field(out.graph, field, value)
+    for tensor in proto.graph.initializer:
+        if tensor.ByteSize() <= keep_bytes:
+            out.graph.initializer.add().CopyFrom(tensor)
+        else:
+            stub = out.graph.initializer.add()
+            stub.name, stub.data_type = tensor.name, tensor.data_type
+            stub.dims.extend(tensor.dims)
+    return out
+
+
+def restore_weights(skeleton: onnx.ModelProto, proto: onnx.ModelProto) -> onnx.ModelProto:
+    """``skeleton`` (made by ``without_large_weights`` and transformed since) with ``proto``'s weights put back by name."""
+    weights = {t.name: t for t in proto.graph.initializer}
+    for tensor in skeleton.graph.initializer:
+        if tensor.name in weights and not tensor.HasField("raw_data") and weights[tensor.name].ByteSize() > tensor.ByteSize():
+            tensor.CopyFrom(weights[tensor.name])
+    return skeleton
+
+
+def _copy_field(target, field, value) -> None:
+    if field.label == field.LABEL_REPEATED:
+        getattr(target, field.name).extend(value)
+    elif field.type == field.TYPE_MESSAGE:
+        getattr(target, field.name).CopyFrom(value)
+    else:
+        setattr(target, field.name, value)
+
+
 @contextlib.contextmanager
 def runnable(proto: onnx.ModelProto) -> Iterator[bytes | str]:
     """What a runtime reads ``proto`` from: its bytes, or, past the limit, the path of a temporary copy with external data

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import onnx
 
+from deploytk.export.onnx_io import infer_shapes
 from deploytk.ops import DOMAIN, MATCHING_OPS
 
 
@@ -43,7 +44,7 @@ def with_matching_outputs(model: Path | onnx.ModelProto, matching_from: Path | N
     present = {v.name for v in [*model.graph.input, *model.graph.initializer]} | {o for n in model.graph.node for o in n.output}
     if not nodes or any(name not in present for n in nodes for name in [*n.input, n.output[0]]):
         return None, []
-    typed = {v.name: v for v in onnx.shape_inference.infer_shapes(model).graph.value_info}
+    typed = {v.name: v for v in infer_shapes(model).graph.value_info}
     outputs = {o.name for o in model.graph.output}
     probes = []
     for node in nodes:
