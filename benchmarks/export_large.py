@@ -31,6 +31,9 @@ from benchmarks.common import RESULTS, write_result  # noqa: E402
 from deploytk.files import claim_file  # noqa: E402
 from deploytk.machine import host  # noqa: E402
 
+#: the CPU runtimes each export is validated on (`deploytk validate --backend`)
+VALIDATED_ON = ("ort", "openvino")
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -66,7 +69,7 @@ def measure(model: str, r: int, folder: Path, depth: int | None = None) -> dict:
     manifest = json.loads((out / "manifest.json").read_text())
     data = manifest["onnx"].get("external_data")
     validations = {}
-    for backend in ("ort", "openvino"):
+    for backend in VALIDATED_ON:
         args = ["validate", str(out), "--backend", backend, "--num-images", "2", "--batch-size", "1", "--json"]
         done, done_seconds, done_peak = run_child(args)
         report = json.loads(done.stdout) if done.stdout.strip() else {}
