@@ -9,7 +9,7 @@ token, ``post_layernorm`` is per token, so normalising all and reading the class
 from __future__ import annotations
 
 from deploytk.families.base import register_family
-from deploytk.families.hf_common import HFBlock, HFFamily, OutputOf
+from deploytk.families.hf_common import HFBlock, HFFamily, OutputOf, image_grid
 
 _OPENAI_CLIP = ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711))
 
@@ -28,9 +28,7 @@ class HFCLIP(HFFamily):
         self.blocks = [HFBlock(layer, "self_attn", ("layer_norm1", "layer_norm2"), "out_proj") for layer in self.tower.encoder.layers]
         self.has_class_token = True
         self.num_prefix_tokens = 1
-        size, patch = int(config.image_size), int(config.patch_size)
-        self.img_size = (size, size)
-        self.grid_size = (size // patch, size // patch)
+        self.img_size, self.grid_size = image_grid(config)
         self.embed_dim = int(config.hidden_size)
         self.mlp_dim = int(config.intermediate_size)
         self.pool = "token"
@@ -58,7 +56,7 @@ class HFCLIP(HFFamily):
         return f"{self._prefix()}embeddings.patch_embedding"
 
     def image_processor_settings(self):
-        return (*_OPENAI_CLIP, 3)  # CLIPImageProcessor: bicubic, OpenAI's mean/std
+        return _OPENAI_CLIP  # CLIPImageProcessor: OpenAI's mean/std
 
     def plain(self):
         return OutputOf(self.model, "image_embeds" if self.projection is not None else "pooler_output")

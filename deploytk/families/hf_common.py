@@ -65,6 +65,17 @@ class HFBlock(BlockParts):
         return x + self._scaled(1, self.layer.mlp(self._norm(1)(x)))
 
 
+def image_grid(config) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(img_size, grid_size) as (H, W) pairs from a transformers vision config, whose image_size and patch_size are an int
+    or a pair."""
+
+    def pair(v) -> tuple[int, int]:
+        return (int(v), int(v)) if isinstance(v, int) else (int(v[0]), int(v[1]))
+
+    size, patch = pair(config.image_size), pair(config.patch_size)
+    return size, (size[0] // patch[0], size[1] // patch[1])
+
+
 class HFFamily(ModelFamily):
     """A transformers vision family: recognised by its classes' names in ``modules`` (``transformers.models.<module>.``)."""
 
@@ -82,8 +93,8 @@ class HFFamily(ModelFamily):
         module = type(model).__module__
         return any(module.startswith(f"transformers.models.{m}.") for m in cls.modules) and type(model).__name__ in cls.classes
 
-    def image_processor_settings(self) -> tuple[tuple[float, ...], tuple[float, ...], int]:
-        """(mean, std, resample) the family's image processor uses (transformers' defaults for the class)."""
+    def image_processor_settings(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """(mean, std) the family's image processor normalises with (transformers' defaults for the class)."""
         raise NotImplementedError
 
     def eval_transform(self):
@@ -94,7 +105,7 @@ class HFFamily(ModelFamily):
             return lambda image: processor(images=image, return_tensors="pt")["pixel_values"][0]
         from torchvision import transforms  # torchvision comes with timm
 
-        mean, std, _ = self.image_processor_settings()
+        mean, std = self.image_processor_settings()
         return transforms.Compose(
             [
                 transforms.Resize(self.img_size, interpolation=transforms.InterpolationMode.BICUBIC),
@@ -107,8 +118,7 @@ class HFFamily(ModelFamily):
         processor = self._image_processor()
         if processor is not None and getattr(processor, "image_mean", None) is not None:
             return tuple(processor.image_mean), tuple(processor.image_std)
-        mean, std, _ = self.image_processor_settings()
-        return mean, std
+        return self.image_processor_settings()
 
     def _image_processor(self):
         """The saved image processor, checked to produce ``img_size``; None when the model has none."""

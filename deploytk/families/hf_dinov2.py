@@ -10,7 +10,7 @@ is not supported yet.)
 from __future__ import annotations
 
 from deploytk.families.base import register_family
-from deploytk.families.hf_common import HFBlock, HFFamily, OutputOf
+from deploytk.families.hf_common import HFBlock, HFFamily, OutputOf, image_grid
 
 
 @register_family
@@ -27,9 +27,7 @@ class HFDinov2(HFFamily):
         ]
         self.has_class_token = True
         self.num_prefix_tokens = 1 + int(getattr(config, "num_register_tokens", 0) or 0)
-        size, patch = int(config.image_size), int(config.patch_size)
-        self.img_size = (size, size)
-        self.grid_size = (size // patch, size // patch)
+        self.img_size, self.grid_size = image_grid(config)
         self.embed_dim = int(config.hidden_size)
         self.mlp_dim = int(model.encoder.layer[0].mlp.fc1.out_features)
         self.pool = "token"
@@ -53,7 +51,7 @@ class HFDinov2(HFFamily):
         return "embeddings.patch_embeddings"
 
     def image_processor_settings(self):
-        return (0.485, 0.456, 0.406), (0.229, 0.224, 0.225), 3  # BitImageProcessor as DINOv2 configures it
+        return (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # BitImageProcessor as DINOv2 configures it
 
     def plain(self):
         return OutputOf(self.model, "pooler_output")

@@ -13,8 +13,9 @@ from __future__ import annotations
 import torch.nn.functional as F
 
 from deploytk.errors import DeploytkError
+from deploytk.families.attention import attend, attention_probs
 from deploytk.families.base import register_family
-from deploytk.families.hf_common import HFBlock, HFFamily, OutputOf
+from deploytk.families.hf_common import HFBlock, HFFamily, OutputOf, image_grid
 
 
 @register_family
@@ -36,9 +37,7 @@ class HFSiglip(HFFamily):
         self.blocks = [HFBlock(layer, "self_attn", ("layer_norm1", "layer_norm2"), "out_proj") for layer in self.tower.encoder.layers]
         self.has_class_token = False
         self.num_prefix_tokens = 0
-        size, patch = int(config.image_size), int(config.patch_size)
-        self.img_size = (size, size)
-        self.grid_size = (size // patch, size // patch)
+        self.img_size, self.grid_size = image_grid(config)
         self.embed_dim = int(config.hidden_size)
         self.mlp_dim = int(config.intermediate_size)
         self.pool = "attention"
@@ -70,8 +69,7 @@ class HFSiglip(HFFamily):
             return F.linear(t, w[rows], bias[rows] if bias is not None else None).view(b, t.shape[1], heads, d).transpose(1, 2)
 
         q, k, v = project(probe, 0), project(x, 1), project(x, 2)
-        logits = ((q * d**-0.5) @ k.transpose(-2, -1)).float() + size.log()[:, None, None, :, 0]
-        pooled = (logits.softmax(dim=-1).to(v.dtype) @ v).transpose(1, 2).reshape(b, 1, c)
+        pooled = attend(attention_probs(d**-0.5, q, k, size), v).transpose(1, 2).reshape(b, 1, c)
         pooled = mha.out_proj(pooled)
         pooled = pooled + head.mlp(head.layernorm(pooled))
         return pooled[:, 0]
@@ -83,7 +81,7 @@ class HFSiglip(HFFamily):
         return f"{self._prefix()}embeddings.patch_embedding"
 
     def image_processor_settings(self):
-        return (0.5, 0.5, 0.5), (0.5, 0.5, 0.5), 3  # SiglipImageProcessor: bicubic, mean/std 0.5
+        return (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)  # SiglipImageProcessor: mean/std 0.5
 
     def plain(self):
         return OutputOf(self.model, "pooler_output")

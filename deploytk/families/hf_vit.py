@@ -11,13 +11,9 @@ without a pooler.
 from __future__ import annotations
 
 from deploytk.families.base import register_family
-from deploytk.families.hf_common import HFBlock, HFFamily, OutputOf
+from deploytk.families.hf_common import HFBlock, HFFamily, OutputOf, image_grid
 
 _IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
-
-
-def _pair(v) -> tuple[int, int]:
-    return (int(v), int(v)) if isinstance(v, int) else (int(v[0]), int(v[1]))
 
 
 @register_family
@@ -42,9 +38,7 @@ class HFViT(HFFamily):
         self.has_class_token = True
         self.has_dist_token = self.deit
         self.num_prefix_tokens = 2 if self.deit else 1
-        self.img_size = _pair(config.image_size)
-        patch = _pair(config.patch_size)
-        self.grid_size = (self.img_size[0] // patch[0], self.img_size[1] // patch[1])
+        self.img_size, self.grid_size = image_grid(config)
         self.embed_dim = int(config.hidden_size)
         self.mlp_dim = int(config.intermediate_size)
         self.pool = "token"
@@ -78,8 +72,8 @@ class HFViT(HFFamily):
         return ("" if self.backbone is self.model else ("deit." if self.deit else "vit.")) + "embeddings.patch_embeddings"
 
     def image_processor_settings(self):
-        # ViTImageProcessor normalises with 0.5; DeiTImageProcessor with ImageNet's mean/std (both bicubic or bilinear resize)
-        return (*_IMAGENET, 3) if self.deit else ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5), 2)
+        # ViTImageProcessor normalises with 0.5, DeiTImageProcessor with ImageNet's mean/std
+        return _IMAGENET if self.deit else ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
 
     def plain(self):
         return OutputOf(self.model, self.output_key)

@@ -16,6 +16,7 @@ from timm.models.vision_transformer import Block, ResPostBlock, VisionTransforme
 from torch import nn
 
 from deploytk.errors import DeploytkError
+from deploytk.families.attention import attend, attention_probs
 from deploytk.families.base import POOLS, BlockParts, ModelFamily, pool_tokens, register_family
 
 _QKV = {"q": 0, "k": 1, "v": 2}
@@ -141,8 +142,7 @@ class TimmViT(ModelFamily):
         q = pool.q(latents).reshape(b, pool.latent_len, pool.num_heads, pool.head_dim).transpose(1, 2)
         k, v = pool.kv(x).reshape(b, n, 2, pool.num_heads, pool.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
         q, k = pool.q_norm(q), pool.k_norm(k)
-        logits = ((q * pool.scale) @ k.transpose(-2, -1)).float() + size.log()[:, None, None, :, 0]
-        out = (logits.softmax(dim=-1).to(v.dtype) @ v).transpose(1, 2).reshape(b, pool.latent_len, -1)
+        out = attend(attention_probs(pool.scale, q, k, size), v).transpose(1, 2).reshape(b, pool.latent_len, -1)
         out = pool.proj_drop(pool.proj(out))
         if pool.mlp is not None:
             out = out + pool.mlp(pool.norm(out))

@@ -19,7 +19,7 @@ from torch import nn
 import deploytk.ops  # noqa: F401  (registers torch.ops.deploytk.*)
 from deploytk.errors import DeploytkError
 from deploytk.families import BlockParts, ModelFamily, adapt
-from deploytk.merging.attention import attend, attention_probs
+from deploytk.families.attention import attend, attention_probs
 from deploytk.merging.reduction import MethodOptions, Reduction
 from deploytk.merging.schedule import TokenSchedule, parse_r
 
@@ -97,11 +97,6 @@ class MergedViT(nn.Module):
         x = blk.attn_residual(x, attn_out)
         x, size = self.reduction.reduce(self, i, x, size, metric, cls_attn)
         return blk.mlp_residual(x), size
-
-    @staticmethod
-    def mlp_residual(blk: BlockParts, x):
-        """x + the block's MLP branch."""
-        return blk.mlp_residual(x)
 
     def block_with_attention_map(self, blk: BlockParts, x, size):
         """One block without reduction, its attention run in plain ops so that the map is kept:

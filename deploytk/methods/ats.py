@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from deploytk.errors import DeploytkError
-from deploytk.merging.attention import attention_probs
+from deploytk.families.attention import attention_probs
 from deploytk.merging.keep_rate import KeepRateOptions
 from deploytk.merging.merged_vit import aggregate_size
 from deploytk.merging.reduction import Reduction, check_layers, register_method

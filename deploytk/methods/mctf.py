@@ -16,7 +16,7 @@ import torch
 from pydantic import Field, StrictBool, StrictFloat, StrictInt
 
 from deploytk.errors import DeploytkError
-from deploytk.merging.attention import attend, attention_probs
+from deploytk.families.attention import attend, attention_probs
 from deploytk.merging.merged_vit import aggregate_size
 from deploytk.merging.reduction import MethodOptions, Reduction, check_layers, register_method
 from deploytk.merging.schedule import TokenSchedule

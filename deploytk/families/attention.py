@@ -1,7 +1,8 @@
-"""Attention in plain ops, for methods that need its map (MCTF's fusion, EViT's class attention, ATS, K-Medoids).
+"""Attention in plain ops, with log(size) on the logits over merged tokens: for the methods that need its map (MCTF's
+fusion, EViT's class attention, ATS, K-Medoids) and for the attention-pooling heads of the families (SigLIP's).
 
-The projections come from the block's family (``BlockParts.qkv`` / ``attn_output``); what is
-computed between them is the same for every family.
+The projections come from the block's or head's family (``BlockParts.qkv`` / ``attn_output``); what is computed between
+them is the same for every family.
 """
 
 from __future__ import annotations
