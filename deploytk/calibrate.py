@@ -22,14 +22,14 @@ from deploytk.config import DeployConfig, config_from_dict, load_config, portabl
 from deploytk.data import folder_batches, synthetic_batches
 from deploytk.errors import DeploytkError
 from deploytk.files import claim_yaml
-from deploytk.methods import METHODS, get_method
+from deploytk.methods import METHODS
 from deploytk.models import build_reference
 from deploytk.progress import SILENT, Progress
 
 
 def require_calibrated(cfg: DeployConfig) -> None:
     """Calibration is for methods with a data-dependent schedule (checked before any image is loaded)."""
-    if not get_method(cfg.merge.method).calibrated:
+    if not cfg.merge.reduction.calibrated:
         which = ", ".join(name for name, m in METHODS.items() if m.calibrated)
         raise DeploytkError(
             f"calibration is for the methods whose r depends on the data ({which}); this config uses {cfg.merge.method!r}, "

@@ -6,14 +6,16 @@ what is allowed (with the YAML line for syntax errors).
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 
 from deploytk.errors import DeploytkError
+from deploytk.merging.reduction import MethodOptions, Reduction
 from deploytk.methods import get_method
 
 #: what `deploytk export` / `inspect` use without a CONFIG: found beside the package (the source tree's export_configs/),
@@ -54,6 +56,25 @@ class MergeConfig(_Strict):
     prop_attn: StrictBool = True
     #: method-specific options, validated by the method (see `deploytk methods`)
     options: dict[str, Any] = {}
+    #: (method name, options as JSON) -> (its Reduction class, its parsed options): looked up once, not per layer
+    _resolved: tuple[tuple[str, str], type[Reduction], MethodOptions] | None = PrivateAttr(default=None)
+
+    @property
+    def reduction(self) -> type[Reduction]:
+        """The method's class, looked up by name once per config."""
+        return self._resolve()[0]
+
+    @property
+    def parsed_options(self) -> MethodOptions:
+        """``options`` validated by the method (its Options model)."""
+        return self._resolve()[1]
+
+    def _resolve(self) -> tuple[type[Reduction], MethodOptions]:
+        key = (self.method, json.dumps(self.options, sort_keys=True, default=str))  # a copy with other options re-resolves
+        if self._resolved is None or self._resolved[0] != key:
+            method = get_method(self.method)
+            self._resolved = (key, method, method.parse_options(self.options))
+        return self._resolved[1], self._resolved[2]
 
 
 class ExportSettings(_Strict):
@@ -142,8 +163,7 @@ def config_from_dict(data: dict, source: str = "(in memory)") -> DeployConfig:
     if isinstance(r, int) and r < 0 or isinstance(r, list) and any(v < 0 for v in r):
         raise DeploytkError(f"invalid config {source}: `merge.r` = {r!r}: r must not be negative; allowed: {_ALLOWED['r']}.")
     try:
-        method = get_method(cfg.merge.method)
-        method.parse_options(cfg.merge.options)
+        method = cfg.merge.reduction  # looked up and its options parsed here, once
     except DeploytkError as err:
         raise DeploytkError(f"invalid config {source}: {err.message}", hint=err.hint) from None
     if not method.uses_r and "r" in cfg.merge.model_fields_set:
@@ -157,7 +177,7 @@ def config_from_dict(data: dict, source: str = "(in memory)") -> DeployConfig:
 def config_to_dict(cfg: DeployConfig) -> dict:
     """The resolved config as plain data that ``config_from_dict`` accepts again (for manifests)."""
     data = cfg.model_dump(mode="json")
-    if not get_method(cfg.merge.method).uses_r:
+    if not cfg.merge.reduction.uses_r:
         data["merge"].pop("r", None)
     return data
 

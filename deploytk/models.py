@@ -21,7 +21,7 @@ from deploytk.config import DeployConfig
 from deploytk.errors import DeploytkError
 from deploytk.families import ModelFamily, adapt, family_named
 from deploytk.merging.merged_vit import MergedViT, build_merged
-from deploytk.methods import METHODS, get_method
+from deploytk.methods import METHODS
 
 RANDOM_INIT_SEED = 0
 
@@ -82,7 +82,7 @@ def create_vit(cfg: DeployConfig) -> nn.Module:
         )
     _require_whole_patches(model, cfg)
     if cfg.checkpoint:
-        load_checkpoint(model, Path(cfg.checkpoint), get_method(cfg.merge.method).checkpoint_prefix)
+        load_checkpoint(model, Path(cfg.checkpoint), cfg.merge.reduction.checkpoint_prefix)
     return model.eval()
 
 
@@ -252,10 +252,10 @@ def build_reference(cfg: DeployConfig, vit: nn.Module | None = None) -> MergedVi
     A learned method's layers load from the checkpoint's keys under its ``checkpoint_prefix``
     (the official model class's layout); without a checkpoint they are seeded random.
     """
-    method = get_method(cfg.merge.method)
+    method = cfg.merge.reduction
     vit = vit if vit is not None else create_vit(cfg)
     torch.manual_seed(RANDOM_INIT_SEED + 1)  # the learned layers' random init, whatever built the ViT
-    merged = build_merged(method, vit, cfg.r_spec(), cfg.merge.prop_attn, method.parse_options(cfg.merge.options))
+    merged = build_merged(method, vit, cfg.r_spec(), cfg.merge.prop_attn, cfg.merge.parsed_options)
     if cfg.checkpoint and method.checkpoint_prefix:
         path = Path(cfg.checkpoint)
         learned = split_checkpoint(read_state_dict(path), method.checkpoint_prefix)[1]

@@ -42,7 +42,6 @@ from deploytk.export.pipeline import run_export
 from deploytk.export.probes import with_matching_outputs
 from deploytk.files import claim_file
 from deploytk.merging.merged_vit import MergedViT
-from deploytk.methods import get_method
 from deploytk.models import build_reference
 from deploytk.ops import OPS
 from deploytk.progress import SILENT, Progress
@@ -175,7 +174,7 @@ def visualize(
     progress.step("drawing")
     panels, titles, caption = picture(traced, chosen, colors)
     width, height = save_figure(panels, titles, caption, picture_out)
-    method = get_method(cfg.merge.method)
+    method = cfg.merge.reduction
     return {
         "config": config_name,
         "image": str(image),

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 import deploytk.tune.candidates
 import deploytk.tune.measure
 from deploytk.cli import app
-from deploytk.config import load_config
+from deploytk.config import config_from_dict, load_config
 from deploytk.errors import DeploytkError
 from deploytk.methods import get_method
 from deploytk.tune import tune
@@ -238,7 +238,7 @@ def test_with_data_the_most_accurate_candidate_within_budget_is_chosen():
         c.accuracy = {"top1": top1} if c.latencies else None
     measured = [c for c in search.candidates if c.latencies]
     assert all(c.accuracy for c in measured)
-    cfg = SimpleNamespace(model="m", merge=SimpleNamespace(method="tome"))
+    cfg = config_from_dict({"model": "m", "merge": {"method": "tome"}})
     folder = SimpleNamespace(root=Path("data"))
     report = build_report("c.yaml", cfg, search, SimpleNamespace(name="ort"), 8, "p50", folder, None)
     within = {c.label: c.accuracy["top1"] for c in measured if c.latency <= 85}

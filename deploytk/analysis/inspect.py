@@ -8,7 +8,6 @@ from __future__ import annotations
 from deploytk.analysis.flops import count_flops
 from deploytk.config import DeployConfig
 from deploytk.merging.merged_vit import MergedViT
-from deploytk.methods import get_method
 from deploytk.models import build_reference
 from deploytk.progress import SILENT, Progress
 
@@ -31,8 +30,8 @@ def schedule_summary(model: MergedViT) -> dict:
 
 def method_summary(cfg: DeployConfig) -> dict:
     """The method with every option resolved (defaults filled in), for the manifest."""
-    method = get_method(cfg.merge.method)
-    options = method.parse_options(cfg.merge.options).model_dump(mode="json")
+    method = cfg.merge.reduction
+    options = cfg.merge.parsed_options.model_dump(mode="json")
     if options.get("tuned") is None:  # every method's provenance field: only shown when `deploytk tune` wrote it
         options.pop("tuned", None)
     return {"name": method.name, "summary": method.summary, "options": options}
@@ -61,7 +60,7 @@ def inspect_config(cfg: DeployConfig, progress: Progress = SILENT) -> dict:
     return {
         "model": cfg.model,
         "method": cfg.merge.method,
-        "r": cfg.merge.model_dump(mode="json")["r"] if get_method(cfg.merge.method).uses_r else None,  # keep-rate methods: none
+        "r": cfg.merge.model_dump(mode="json")["r"] if cfg.merge.reduction.uses_r else None,  # keep-rate methods: none
         "prop_attn": cfg.merge.prop_attn,
         "method_options": method_summary(cfg)["options"],
         **schedule_summary(model),

@@ -34,7 +34,6 @@ from deploytk.data import folder_batches, synthetic_batches
 from deploytk.errors import DeploytkError
 from deploytk.evaluate.accuracy import scan_image_folder
 from deploytk.files import claim_file, claim_yaml
-from deploytk.methods import get_method
 from deploytk.models import create_model
 from deploytk.profile.profiler import MIN_SAMPLES
 from deploytk.progress import SILENT, Progress
@@ -83,7 +82,7 @@ def tune(
     report_out, plot_out = (claim_file(output.path.with_suffix(suffix), "deploytk tune") for suffix in (".json", ".png"))
     cache = Path(cache) if cache else Path("artifacts") / "tune" / config.stem
     calibration = None
-    if get_method(cfg.merge.method).calibrated:
+    if cfg.merge.reduction.calibrated:
         progress.step("loading the calibration images")
         family = create_model(cfg.model_copy(update={"checkpoint": None, "pretrained": False}))  # its input size, its transform
         if data is not None:

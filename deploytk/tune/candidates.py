@@ -18,7 +18,7 @@ from deploytk.config import DeployConfig, config_from_dict, config_to_dict
 from deploytk.errors import DeploytkError
 from deploytk.families import ModelFamily
 from deploytk.merging.merged_vit import build_merged
-from deploytk.methods import METHODS, get_method
+from deploytk.methods import METHODS
 from deploytk.models import build_reference, create_model
 from deploytk.progress import SILENT, Progress
 
@@ -89,8 +89,7 @@ def config_with(cfg: DeployConfig, merge: dict | None = None, options: dict | No
 
 
 def _r_candidates(cfg: DeployConfig, family: ModelFamily, inflections: list[float]) -> list[Candidate]:
-    method = get_method(cfg.merge.method)
-    options = method.parse_options(cfg.merge.options)
+    method, options = cfg.merge.reduction, cfg.merge.parsed_options
     out = []
     for inflection in inflections:
         previous = None
@@ -115,7 +114,7 @@ def _r_candidate(cfg, r, inflection, tokens, cost) -> Candidate:
 
 
 def _keep_rate_candidates(cfg: DeployConfig, family: ModelFamily) -> list[Candidate]:
-    method = get_method(cfg.merge.method)
+    method = cfg.merge.reduction
     out = []
     for keep in reversed(KEEP_RATES):  # least aggressive first
         data = config_with(cfg, options={"keep_rate": keep})
@@ -131,8 +130,7 @@ def _keep_rate_candidates(cfg: DeployConfig, family: ModelFamily) -> list[Candid
 def _calibrated_candidates(cfg: DeployConfig, batches: list[np.ndarray], source: str, progress: Progress) -> list[Candidate]:
     """A calibrated method: its ``tuning_points`` (ATM with ``preset``: the paper's Table A2 points), each calibrated at the
     median; otherwise the quantiles of one calibration run (``deploytk calibrate --quantile Q`` would write the same)."""
-    method = get_method(cfg.merge.method)
-    options = method.parse_options(cfg.merge.options)
+    method, options = cfg.merge.reduction, cfg.merge.parsed_options
     family = create_model(cfg)  # the weights, loaded once: every point and quantile runs on them
 
     def candidate(label: str, knob: dict, data: dict) -> Candidate:
@@ -159,7 +157,7 @@ def candidates_for(
     cfg: DeployConfig, inflections: list[float] | None = None, calibration: tuple[list[np.ndarray], str] | None = None, progress=SILENT
 ) -> list[Candidate]:
     """Every distinct schedule of the method's knob, least aggressive (highest estimated FLOPs) first."""
-    method = get_method(cfg.merge.method)
+    method = cfg.merge.reduction
     knob = method.tune_knob
     if knob is None:
         tunable = ", ".join(n for n, m in METHODS.items() if m.tune_knob)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from deploytk.files import FileOutput
-from deploytk.methods import get_method
 from deploytk.tune.search import Search
 
 
@@ -16,7 +15,7 @@ def build_report(config, cfg, search: Search, backend, batch, percentile, folder
         "config": str(config),
         "model": cfg.model,
         "method": cfg.merge.method,
-        "knob": get_method(cfg.merge.method).tune_knob,
+        "knob": cfg.merge.reduction.tune_knob,
         "budget_ms": budget,
         "percentile": percentile,
         "batch": batch,
