@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 
 from deploytk.errors import DeploytkError
+from deploytk.merging.outputs import DENSE_KINDS, OutputSpec
 from deploytk.merging.reduction import MethodOptions, Reduction
 from deploytk.methods import get_method
 
@@ -86,6 +87,18 @@ class ExportSettings(_Strict):
     #: the one opset deploytk exports and tests (`build --attention-impl native` raises it to 23 itself, op by op)
     opset: Literal[18] = 18
     precision: Literal["fp32", "fp16", "bf16"] = "fp32"
+    #: what the graph outputs (deploytk.merging.outputs); null: the model's own (logits with a head, else its embedding)
+    output: Literal["logits", "embedding", "patch_features", "tokens"] | None = None
+    #: patch_features / tokens: the hidden state after this many blocks (transformers' hidden_states index; -2: the
+    #: penultimate layer LLaVA takes); null: the model's own final features
+    feature_layer: StrictInt | None = None
+    #: tokens: keep the class / distillation / register tokens in front of the reduced patch tokens
+    keep_prefix_tokens: StrictBool = False
+    #: tokens: a second output [B, P] with the token that holds each patch (-1: dropped)
+    token_map: StrictBool = False
+
+    def output_spec(self) -> OutputSpec:
+        return OutputSpec(self.output, self.feature_layer, self.keep_prefix_tokens, self.token_map)
 
     @property
     def hw(self) -> tuple[int, int] | None:
@@ -118,6 +131,8 @@ _ALLOWED = {
     "opset": "18, the opset deploytk exports and tests (TensorRT's native attention raises it to 23 at build time)",
     "batch_size": "an int >= 1",
     "img_size": "an int >= 16 (square), [H, W] (each >= 16) or null (the model's default)",
+    "output": "logits, embedding, patch_features, tokens or null (the model's own output)",
+    "feature_layer": "an int (a hidden_states index: 0 embedding, i after block i, negative from the end) or null",
 }
 
 
@@ -166,6 +181,24 @@ def config_from_dict(data: dict, source: str = "(in memory)") -> DeployConfig:
         method = cfg.merge.reduction  # looked up and its options parsed here, once
     except DeploytkError as err:
         raise DeploytkError(f"invalid config {source}: {err.message}", hint=err.hint) from None
+    export = cfg.export
+    misplaced = [
+        (key, kinds)
+        for key, kinds, given in (
+            ("feature_layer", DENSE_KINDS, export.feature_layer is not None),
+            ("keep_prefix_tokens", ("tokens",), export.keep_prefix_tokens),
+            ("token_map", ("tokens",), export.token_map),
+        )
+        if given and export.output not in kinds
+    ]
+    if misplaced:
+        key, kinds = misplaced[0]
+        current = export.output or "the model's own (logits or embedding)"
+        raise DeploytkError(
+            f"invalid config {source}: `export.{key}` is for `export.output: {' / '.join(kinds)}`, and the output is "
+            f"{current}; it would do nothing.",
+            hint=f"Set `export.output: {kinds[0]}` or remove `export.{key}`.",
+        )
     if not method.uses_r and "r" in cfg.merge.model_fields_set:
         raise DeploytkError(
             f"invalid config {source}: method {method.name} does not use `merge.r` (it keeps `merge.options.keep_rate` of the "

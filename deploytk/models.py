@@ -255,7 +255,7 @@ def build_reference(cfg: DeployConfig, vit: nn.Module | None = None) -> MergedVi
     method = cfg.merge.reduction
     vit = vit if vit is not None else create_vit(cfg)
     torch.manual_seed(RANDOM_INIT_SEED + 1)  # the learned layers' random init, whatever built the ViT
-    merged = build_merged(method, vit, cfg.r_spec(), cfg.merge.prop_attn, cfg.merge.parsed_options)
+    merged = build_merged(method, vit, cfg.r_spec(), cfg.merge.prop_attn, cfg.merge.parsed_options, cfg.export.output_spec())
     if cfg.checkpoint and method.checkpoint_prefix:
         path = Path(cfg.checkpoint)
         learned = split_checkpoint(read_state_dict(path), method.checkpoint_prefix)[1]

@@ -37,10 +37,19 @@ def method_summary(cfg: DeployConfig) -> dict:
     return {"name": method.name, "summary": method.summary, "options": options}
 
 
+def output_summary(model: MergedViT) -> dict:
+    """What the graph outputs: the kind, its settings and, for ``tokens``, K (static)."""
+    out = model.output
+    summary = {"kind": model.output_kind, "names": model.output_names, "feature_layer": out.feature_layer, "blocks_run": model.blocks_run}
+    if model.output_kind == "tokens":
+        summary |= {"tokens": model.output_tokens, "keep_prefix_tokens": out.keep_prefix_tokens, "token_map": out.token_map}
+    return summary
+
+
 def flops_summary(model: MergedViT) -> dict:
     img = img_size_of(model)
     merged = count_flops(model, img)
-    dense = count_flops(MergedViT.dense(model.family, model.prop_attn), img)  # same weights, no reduction
+    dense = count_flops(MergedViT.dense(model.family, model.prop_attn, model.output), img)  # same weights, no reduction
     return {
         "gflops": round(merged.total_gflops, 4),
         "gflops_per_layer": [round(v, 4) for v in merged.per_block_gflops],
@@ -63,6 +72,7 @@ def inspect_config(cfg: DeployConfig, progress: Progress = SILENT) -> dict:
         "r": cfg.merge.model_dump(mode="json")["r"] if cfg.merge.reduction.uses_r else None,  # keep-rate methods: none
         "prop_attn": cfg.merge.prop_attn,
         "method_options": method_summary(cfg)["options"],
+        "output": output_summary(model),
         **schedule_summary(model),
         **flops,
     }

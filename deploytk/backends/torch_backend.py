@@ -23,9 +23,11 @@ class TorchModel(LoadedModel):
 
     def run(self, batch):
         with torch.inference_mode():
-            out = self.module(torch.from_numpy(batch).to(self.device)).float().cpu().numpy()
+            out = self.module(torch.from_numpy(batch).to(self.device))
+        outputs = out if isinstance(out, tuple) else (out,)
+        names = getattr(self.module, "output_names", ["logits"])
         # a head-less model returns a view of its token tensor (the class token's row): Polygraphy needs it contiguous
-        return {"logits": np.ascontiguousarray(out)}
+        return {name: np.ascontiguousarray(t.cpu().numpy()) for name, t in zip(names, outputs, strict=True)}
 
     def timer(self, batch_size):
         sync = torch.cuda.synchronize if self.device == "cuda" else (lambda: None)

@@ -96,17 +96,29 @@ def export(cfg, output: Path, manifest: dict, json_out: bool) -> None:
         out_console.print(f"  [yellow]note:[/] r was capped per layer (ToMe's rule): effective r = {s['effective_r']}")
 
 
+def _output_line(output: dict) -> str:
+    """inspect's line on what the graph outputs (``export.output``)."""
+    kind, layer = output["kind"], output["feature_layer"]
+    where = "the final features" if layer is None else f"feature layer {layer} (after {output['blocks_run']} blocks)"
+    if kind == "tokens":
+        prefix = "prefix tokens kept" if output["keep_prefix_tokens"] else "prefix tokens dropped"
+        return f"output: tokens, K = {output['tokens']} from {where}, {prefix}; outputs {', '.join(output['names'])}"
+    if kind == "patch_features":
+        return f"output: patch_features (every patch, unmerged) from {where}"
+    return f"output: {kind} ({output['names'][0]})"
+
+
 def validation(directory: Path, report, tol, real_images: bool, json_out: bool) -> None:
     if json_out:
         return emit_json(report.to_dict())
     title = f"{directory}: {report.backend} ({report.precision}) vs fp32 PyTorch reference ({report.num_images} images)"
     table = _table(title, ("metric", "value", "tolerance"))
-    what = "logit" if report.output_kind == "logits" else "embedding"
+    what = {"logits": "logit", "patch_features": "patch feature", "tokens": "token feature"}.get(report.output_kind, "embedding")
     table.add_row(f"max |{what} diff|", f"{report.max_abs_diff:.3e}", f"<= {tol.atol:g} + {tol.rtol:g}*|ref|")
     table.add_row(f"max diff / max |{what}|", f"{report.max_rel_diff:.3e}", "")
     table.add_row("min cosine similarity", f"{report.cosine_similarity_min:.7f}", f">= {tol.min_cosine}")
     if report.top1_agreement is None:
-        table.add_row("top-1 agreement", "n/a (embedding output, no classes)", "")
+        table.add_row("top-1 agreement", f"n/a ({report.output_kind} output, no classes)", "")
     else:
         table.add_row("top-1 agreement", f"{100 * report.top1_agreement:.2f}%", "")
         counted = f"{100 * report.top1_agreement_counted:.2f}%"
@@ -235,6 +247,7 @@ def inspect(report: dict, json_out: bool) -> None:
         f"total {report['gflops']:.2f} GFLOPs (unmerged {report['dense_gflops']:.2f}, {report['flop_reduction']:.2f}x fewer); "
         f"tokens out of the last block: {report['tokens_out']}"
     )
+    out_console.print(_output_line(report["output"]))
     if report["capped"]:
         out_console.print(
             f"[yellow]note:[/] r capped per layer (ToMe's rule): requested {report['requested_r']}, effective {report['effective_r']}"

@@ -29,7 +29,6 @@ from deploytk.config import DeployConfig
 from deploytk.data import IMAGE_SUFFIXES, load_images
 from deploytk.errors import DeploytkError
 from deploytk.export.artifacts import Artifact
-from deploytk.export.onnx_export import OUTPUT_NAME
 from deploytk.export.pipeline import run_export
 from deploytk.models import build_reference, create_model
 from deploytk.progress import SILENT, Progress
@@ -175,7 +174,7 @@ def evaluate(
                     t2 = time.perf_counter()
                     logits["reference"] = reference(torch.from_numpy(x)).float().numpy()
                     t3 = time.perf_counter()
-                    logits["exported"] = exported.run(x)[OUTPUT_NAME]
+                    logits["exported"] = exported.run(x)["logits"]
                     t4 = time.perf_counter()
                     for name, dt in (("preprocess", t1 - t0), ("dense", t2 - t1), ("reference", t3 - t2), ("exported", t4 - t3)):
                         seconds[name] += dt
@@ -245,7 +244,7 @@ def exported_accuracy(
     exported.activate()
     try:
         for start in starts:
-            logits = exported.run(load_images(files[start : start + batch_size], transform))[OUTPUT_NAME]
+            logits = exported.run(load_images(files[start : start + batch_size], transform))["logits"]
             c1, ck, _ = _topk_correct(logits, labels[start : start + batch_size], k)
             top1, topk = top1 + c1, topk + ck
             progress.advance()
@@ -255,6 +254,14 @@ def exported_accuracy(
 
 
 def _check_classes(folder: ImageFolder, num_classes: int, cfg: DeployConfig) -> None:
+    output = cfg.export.output_spec().resolved(num_classes)
+    if output != "logits":
+        raise DeploytkError(
+            f"top-1 accuracy needs class logits, and {cfg.model} exported with `export.output: {output}` gives "
+            f"{'a pooled embedding' if output == 'embedding' else 'token features'}, no classes.",
+            hint="Evaluate a config of the model with its classifier head and `export.output` unset (or `logits`); "
+            "`deploytk validate` checks any output against the reference.",
+        )
     if len(folder.classes) != num_classes:
         hint = ""
         if {"train", "val"} & set(folder.classes):

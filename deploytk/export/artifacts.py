@@ -130,8 +130,17 @@ class Artifact:
 
     @property
     def output_kind(self) -> str:
-        """ "logits" for a classifier, "embedding" for a model without a head (num_classes=0: DINOv2, CLIP towers)."""
-        return "embedding" if self.manifest["model"].get("num_classes") == 0 else "logits"
+        """``export.output`` as exported: logits, embedding, patch_features or tokens (deploytk.merging.outputs)."""
+        return self.manifest["outputs"][0]["kind"]
+
+    @property
+    def output_name(self) -> str:
+        """The graph's first output: the one validate, eval and package compare and describe."""
+        return self.manifest["outputs"][0]["name"]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [o["name"] for o in self.manifest["outputs"]]
 
     @property
     def precision(self) -> str:

@@ -20,11 +20,13 @@ from deploytk.models import build_reference
 
 
 def dense_model(merged: MergedViT, precision: str):
-    """The model itself in fp32, as its family calls it; in low precision the same weights without reduction or
-    proportional attention, cast by the same rules as the merged graph."""
-    if precision == "fp32":
+    """The model itself in fp32, as its family calls it (for an output other than the model's own: the same output
+    without reduction); in low precision the same weights without reduction or proportional attention, cast by the
+    same rules as the merged graph."""
+    if precision == "fp32" and merged.output.kind in (None, "logits" if merged.family.num_classes else "embedding"):
         return merged.family.plain()
-    return to_precision(MergedViT.dense(copy.deepcopy(merged.family), prop_attn=False), precision)
+    dense = MergedViT.dense(copy.deepcopy(merged.family) if precision != "fp32" else merged.family, prop_attn=False, output=merged.output)
+    return dense if precision == "fp32" else to_precision(dense, precision)
 
 
 def baseline_onnx(artifact: Artifact, merged: MergedViT | None = None) -> Path:
@@ -36,7 +38,8 @@ def baseline_onnx(artifact: Artifact, merged: MergedViT | None = None) -> Path:
         merged = merged if merged is not None else build_reference(cfg)
         with atomic_file(cache) as tmp:
             dense = dense_model(merged, cfg.export.precision)
-            export_model(dense, artifact.img_size, cfg.export.batch_size, manifest["onnx"]["opset"], tmp, cache.name)
+            names = [o["name"] for o in manifest["outputs"]]
+            export_model(dense, artifact.img_size, cfg.export.batch_size, manifest["onnx"]["opset"], tmp, cache.name, names)
     return cache
 
 

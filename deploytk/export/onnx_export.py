@@ -71,9 +71,16 @@ def _quiet():
 
 
 def export_model(
-    model: nn.Module, img_size: tuple[int, int], batch_size: int, opset: int, path: Path, name: str | None = None
+    model: nn.Module,
+    img_size: tuple[int, int],
+    batch_size: int,
+    opset: int,
+    path: Path,
+    name: str | None = None,
+    output_names: list[str] | None = None,
 ) -> onnx.ModelProto:
-    """Export ``model`` (input [batch, 3, H, W] -> logits) with a symbolic batch dimension.
+    """Export ``model`` (input [batch, 3, H, W] -> its outputs: ``output_names``, by default the model's own or
+    ``logits``) with a symbolic batch dimension.
 
     The file must hold exactly the deploytk ops the traced model calls (torch.export drops
     dead ones, such as a last size aggregation nothing reads): one custom node per call.
@@ -87,7 +94,7 @@ def export_model(
             (example,),
             dynamo=True,
             input_names=[INPUT_NAME],
-            output_names=[OUTPUT_NAME],
+            output_names=output_names or getattr(model, "output_names", [OUTPUT_NAME]),
             dynamic_shapes=({0: batch},),
             custom_translation_table=custom_translation_table(),
             opset_version=opset,

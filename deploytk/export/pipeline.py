@@ -6,13 +6,15 @@ import json
 import time
 from pathlib import Path
 
-from deploytk.analysis.inspect import flops_summary, img_size_of, method_summary, schedule_summary
+import onnx
+
+from deploytk.analysis.inspect import flops_summary, img_size_of, method_summary, output_summary, schedule_summary
 from deploytk.config import DeployConfig, config_to_dict
 from deploytk.errors import DeploytkError
 from deploytk.export.artifacts import EXPORT, INLINED_MODEL_FILE, MANIFEST_FILE, MANIFEST_FORMAT, MODEL_FILE
 from deploytk.export.inline import inline_deploytk_functions
 from deploytk.export.manifest import now_utc, package_versions, sha256_file
-from deploytk.export.onnx_export import INPUT_NAME, IR_VERSION, OUTPUT_NAME, custom_op_counts, export_model
+from deploytk.export.onnx_export import INPUT_NAME, IR_VERSION, custom_op_counts, export_model
 from deploytk.export.onnx_io import data_file_name, save_onnx
 from deploytk.files import claim_directory
 from deploytk.merging.precision import to_precision
@@ -26,6 +28,18 @@ FORMATS = ("onnx", "onnx-inlined")
 def external_data(folder: Path, name: str | None) -> dict:
     """The manifest's record of an ONNX file's external data file (none for a model under protobuf's limit)."""
     return {"external_data": {"file": name, "sha256": sha256_file(folder / name)}} if name else {}
+
+
+def output_records(proto, kind: str) -> list[dict]:
+    """The manifest's ``outputs``: each graph output's name, dtype, shape (``batch`` symbolic) and kind (the first is the
+    ``export.output`` kind; ``token_sizes`` and ``patch_to_token`` are their own)."""
+    records = []
+    for i, value in enumerate(proto.graph.output):
+        tensor = value.type.tensor_type
+        shape = [d.dim_param or int(d.dim_value) for d in tensor.shape.dim]
+        dtype = str(onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type))
+        records.append({"name": value.name, "dtype": dtype, "shape": shape, "kind": kind if i == 0 else value.name})
+    return records
 
 
 def run_export(cfg: DeployConfig, output: Path, progress: Progress = SILENT, fmt: str = "onnx", force: bool = False) -> dict:
@@ -47,10 +61,7 @@ def run_export(cfg: DeployConfig, output: Path, progress: Progress = SILENT, fmt
         progress.step(f"casting to {cfg.export.precision} (norms, softmax, sizes, matching in fp32)")
         to_precision(model, cfg.export.precision)
     img = img_size_of(model)
-    # a model without a head (num_classes=0: DINOv2, CLIP image towers) outputs its pooled features under the same name
     family = model.family
-    output_kind = "logits" if family.num_classes else "embedding"
-    output_width = family.num_classes or family.num_features
     with target.write() as tmp:
         progress.step("exporting to ONNX (torch.onnx, dynamo)")
         t0 = time.perf_counter()
@@ -80,7 +91,8 @@ def run_export(cfg: DeployConfig, output: Path, progress: Progress = SILENT, fmt
             "method": method_summary(cfg),
             **flops,
             "inputs": [{"name": INPUT_NAME, "dtype": "float32", "shape": ["batch", 3, *img]}],
-            "outputs": [{"name": OUTPUT_NAME, "dtype": "float32", "shape": ["batch", output_width], "kind": output_kind}],
+            "outputs": output_records(proto, model.output_kind),
+            "output": output_summary(model),
             "custom_ops": counts,
             "onnx": {
                 "file": MODEL_FILE,

@@ -112,6 +112,8 @@ class ModelFamily:
     num_features: int
     #: the architecture's name for messages (timm's ``architecture``, transformers' class)
     architecture: str
+    #: the name of the pooled output (``export.output: embedding``): transformers' output field, ``embedding`` for timm
+    embedding_name: str = "embedding"
 
     @property
     def depth(self) -> int:
@@ -137,6 +139,18 @@ class ModelFamily:
     def head(self, x: torch.Tensor, size: torch.Tensor) -> torch.Tensor:
         """The final-normed tokens and their sizes -> the model's output (a merged token weighs ``size`` in an average pool)."""
         raise NotImplementedError
+
+    def pre_logits(self, x: torch.Tensor, size: torch.Tensor) -> torch.Tensor:
+        """The final-normed tokens -> the pooled feature a classifier reads (``export.output: embedding``); a model
+        without a head outputs it already."""
+        if self.num_classes:
+            raise NotImplementedError(f"{type(self).__name__} has a head but no pre_logits")
+        return self.head(x, size)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """The last block's output as the model itself returns its token features (timm's ``forward_features``,
+        transformers' ``last_hidden_state``): the final norm, unless the family applies it to the pooled token only."""
+        return self.final_norm(x)
 
     def block_path(self, i: int) -> str:
         """Block ``i``'s module name inside the model (where fvcore files its FLOPs)."""

@@ -36,6 +36,7 @@ class HFCLIP(HFFamily):
         self.num_classes = 0
         self.num_features = int(self.projection.out_features) if self.projection is not None else self.embed_dim
         self.architecture = type(model).__name__
+        self.embedding_name = "image_embeds" if self.projection is not None else "pooler_output"
 
     def _prefix(self) -> str:
         return "" if self.tower is self.model else "vision_model."
@@ -45,6 +46,10 @@ class HFCLIP(HFFamily):
 
     def final_norm(self, x):
         return self.tower.post_layernorm(x)
+
+    def features(self, x):
+        """``last_hidden_state``: CLIP normalises the class token alone (``post_layernorm``), not the patch tokens."""
+        return x
 
     def head(self, x, size):
         return self.projection(x[:, 0]) if self.projection is not None else x[:, 0]

@@ -34,6 +34,7 @@ class HFDinov2(HFFamily):
         self.num_classes = 0
         self.num_features = self.embed_dim
         self.architecture = type(model).__name__
+        self.embedding_name = "pooler_output"
 
     def embed(self, images):
         return self.model.embeddings(images)

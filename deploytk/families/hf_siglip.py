@@ -44,6 +44,7 @@ class HFSiglip(HFFamily):
         self.num_classes = 0
         self.num_features = self.embed_dim
         self.architecture = type(model).__name__
+        self.embedding_name = "pooler_output"
 
     def _prefix(self) -> str:
         return "" if self.tower is self.model else "vision_model."

@@ -48,6 +48,7 @@ class HFViT(HFFamily):
         self.num_features = int(getattr(config, "pooler_output_size", None) or config.hidden_size) if pooler else self.embed_dim
         self.architecture = type(model).__name__
         self.output_key = "logits" if self.classifier else ("pooler_output" if pooler is not None else None)
+        self.embedding_name = "pooler_output" if self.output_key == "pooler_output" else "embedding"
 
     def embed(self, images):
         return self.backbone.embeddings(images)
@@ -61,6 +62,15 @@ class HFViT(HFFamily):
             return (model.cls_classifier(x[:, 0]) + model.distillation_classifier(x[:, 1])) / 2
         if self.classifier:
             return model.classifier(x[:, 0])
+        return self.pre_logits(x, size)
+
+    def pre_logits(self, x, size):
+        """What the classifier reads: the class token (the teacher variant: class and distillation tokens averaged, as
+        timm's distilled DeiT does); a model without a classifier: its ``pooler_output`` or the class token."""
+        if hasattr(self.model, "distillation_classifier"):
+            return (x[:, 0] + x[:, 1]) / 2
+        if self.classifier:
+            return x[:, 0]
         pooler = getattr(self.backbone, "pooler", None)
         return pooler(x) if pooler is not None else x[:, 0]
 

@@ -129,9 +129,16 @@ class TimmViT(ModelFamily):
         vit = self.model
         if self.has_dist_token:  # distilled DeiT: average both heads
             return (vit.head(vit.head_drop(x[:, 0])) + vit.head_dist(vit.head_drop(x[:, 1]))) / 2
+        return vit.head(vit.head_drop(self.pre_logits(x, size)))
+
+    def pre_logits(self, x, size):
+        """timm's ``forward_head(pre_logits=True)``: the pool and ``fc_norm`` (a distilled DeiT: both tokens averaged)."""
+        vit = self.model
+        if self.has_dist_token:
+            return (x[:, 0] + x[:, 1]) / 2
         skip = 0 if vit.pool_include_prefix else self.num_prefix_tokens
         pooled = self._attention_pool(x[:, skip:], size[:, skip:]) if self.pool == "attention" else pool_tokens(x, size, self.pool, skip)
-        return vit.head(vit.head_drop(vit.fc_norm(pooled)))
+        return vit.fc_norm(pooled)
 
     def _attention_pool(self, x, size):
         """timm's AttentionPoolLatent (SigLIP's `map` head) with log(size) on its latent queries' logits: over merged

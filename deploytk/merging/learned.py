@@ -59,6 +59,7 @@ class LearnedMerge(LearnedReduction):
     """
 
     kind = "learned merging"
+    soft_assignment = True
 
     def reduce_patches(self, model, i, x, size):
         p = self.protected

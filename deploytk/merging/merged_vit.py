@@ -20,6 +20,7 @@ import deploytk.ops  # noqa: F401  (registers torch.ops.deploytk.*)
 from deploytk.errors import DeploytkError
 from deploytk.families import BlockParts, ModelFamily, adapt
 from deploytk.families.attention import attend, attention_probs
+from deploytk.merging.outputs import OutputSpec, PatchSources
 from deploytk.merging.reduction import MethodOptions, Reduction
 from deploytk.merging.schedule import TokenSchedule, parse_r
 
@@ -35,9 +36,10 @@ class MergedViT(nn.Module):
     ``prop_attn`` adds log(size) to the attention logits so merged tokens keep their weight.
     """
 
-    def __init__(self, vit: nn.Module | ModelFamily, reduction: Reduction, prop_attn: bool = True):
+    def __init__(self, vit: nn.Module | ModelFamily, reduction: Reduction, prop_attn: bool = True, output: OutputSpec | None = None):
         super().__init__()
         family = adapt(vit)
+        output = output or OutputSpec()
         if len(list(reduction.parameters())) and not family.takes_learned_reducers:
             raise DeploytkError(
                 f"method {reduction.name} has trained layers of its own, loaded from checkpoints in the layout of the "
@@ -65,12 +67,43 @@ class MergedViT(nn.Module):
         #: without prop_attn, run fp16/bf16 attention as PyTorch's fused SDPA instead of the fp32
         #: softmax the export has: what a latency benchmark compares (the reference keeps False)
         self.fused_low_precision_attention = False
+        #: what the forward returns (``export.output``), its kind resolved against the model's head
+        self.output = _checked_output(output, family, reduction)
+        self.output_kind = output.resolved(family.num_classes)
+        #: blocks the output needs (a feature layer stops early)
+        self.blocks_run = self.output.blocks_run(family.depth)
+        if self.output_kind == "tokens" and self.output_tokens < 1:
+            raise DeploytkError(
+                f"`export.output: tokens` would be empty: method {reduction.name} leaves no token but the prefix tokens after "
+                f"block {self.blocks_run - 1}, and they are dropped.",
+                hint="Set `export.keep_prefix_tokens: true`, an earlier `export.feature_layer`, or a milder schedule.",
+            )
+        #: the matching ops the current block called, while patches are followed (None otherwise)
+        self._block_calls: list | None = None
+
+    @property
+    def output_names(self) -> list[str]:
+        """The graph's output names, in the order ``forward`` returns them."""
+        kind = self.output_kind
+        if kind == "logits":
+            return ["logits"]
+        if kind == "embedding":
+            return [self.family.embedding_name]
+        if kind == "patch_features":
+            return ["patch_features"]
+        return ["tokens", "token_sizes"] + (["patch_to_token"] if self.output.token_map else [])
+
+    @property
+    def output_tokens(self) -> int:
+        """K of ``export.output: tokens``: the tokens after the last block run, the prefix tokens dropped unless kept."""
+        k = self.schedule.tokens_out_of(self.blocks_run) if self.blocks_run else self.num_tokens
+        return k if self.output.keep_prefix_tokens else k - self.protected
 
     @classmethod
-    def dense(cls, vit: nn.Module | ModelFamily, prop_attn: bool = True) -> MergedViT:
+    def dense(cls, vit: nn.Module | ModelFamily, prop_attn: bool = True, output: OutputSpec | None = None) -> MergedViT:
         """The same weights with no reduction (what every speedup and FLOP ratio is relative to)."""
         family = adapt(vit)
-        return cls(family, Reduction(family, [], MethodOptions()), prop_attn)
+        return cls(family, Reduction(family, [], MethodOptions()), prop_attn, output)
 
     @property
     def schedule(self) -> TokenSchedule:
@@ -81,13 +114,32 @@ class MergedViT(nn.Module):
         """Tokens entering the first block: prefix tokens + patches."""
         return self.reduction.num_tokens
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        family = self.family
+    def forward(self, x: torch.Tensor):
+        """Images [B, 3, H, W] -> the output ``export.output`` names (several outputs: a tuple in ``output_names`` order)."""
+        family, out = self.family, self.output
         x = family.embed(x.to(self.compute_dtype))
         size = torch.ones(x.shape[0], x.shape[1], 1, dtype=torch.float32, device=x.device)  # always fp32
-        for i, blk in enumerate(family.blocks):
-            x, size = self.reduction.block(self, i, blk, x, size)
-        return family.head(family.final_norm(x), size).float()
+        sources = PatchSources(x, self.protected, family.num_patches, out.kind == "patch_features") if out.follows_patches else None
+        for i in range(self.blocks_run):
+            self._block_calls = [] if sources is not None else None
+            x_in = x
+            try:
+                x, size = self.reduction.block(self, i, family.blocks[i], x, size)
+            finally:
+                calls, self._block_calls = self._block_calls, None
+            if sources is not None:
+                sources.after_block(i, x_in, x.shape[1], calls)
+        if self.output_kind == "logits":
+            return family.head(family.final_norm(x), size).float()
+        if self.output_kind == "embedding":
+            return family.pre_logits(family.final_norm(x), size).float()
+        at_layer = out.feature_layer is not None  # a hidden state as is; else the model's own final features
+        features = (lambda t: t) if at_layer else family.features
+        if self.output_kind == "patch_features":
+            return sources.unmerge(features(x), features).float()
+        first = 0 if out.keep_prefix_tokens else self.protected
+        tokens = (features(x)[:, first:].float(), size[:, first:, 0])
+        return (*tokens, sources.token_of_patch(first)) if out.token_map else tokens
 
     # ---- what a method's block and reduction use -------------------------------------------
 
@@ -116,7 +168,10 @@ class MergedViT(nn.Module):
         """
         args = tuple(a.float() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
         dest = getattr(torch.ops.deploytk, op_name)(*args)
-        return dest if self.dest_hook is None else self.dest_hook(op_name, args, dest)
+        dest = dest if self.dest_hook is None else self.dest_hook(op_name, args, dest)
+        if self._block_calls is not None:
+            self._block_calls.append((op_name, args, dest))
+        return dest
 
     def attention(self, blk: BlockParts, x, size, cls_attention: bool = False):
         """The block's attention on its input ``x``, with proportional attention.
@@ -136,7 +191,27 @@ class MergedViT(nn.Module):
         return blk.attn_output(out, gate), k.mean(1), cls_attn
 
 
-def build_merged(method: type[Reduction], vit: nn.Module | ModelFamily, r_spec, prop_attn: bool, options: MethodOptions) -> MergedViT:
-    """``vit`` with ``method`` at the schedule ``r_spec`` (an int, a per-block list or (r, inflection))."""
+def build_merged(
+    method: type[Reduction], vit: nn.Module | ModelFamily, r_spec, prop_attn: bool, options: MethodOptions, output: OutputSpec | None = None
+) -> MergedViT:
+    """``vit`` with ``method`` at the schedule ``r_spec`` (an int, a per-block list or (r, inflection)), giving ``output``."""
     family = adapt(vit)
-    return MergedViT(family, method(family, parse_r(family.depth, r_spec), options), prop_attn)
+    return MergedViT(family, method(family, parse_r(family.depth, r_spec), options), prop_attn, output)
+
+
+def _checked_output(output: OutputSpec, family: ModelFamily, reduction: Reduction) -> OutputSpec:
+    """``output`` if this model and method can give it; else the reason, as an error."""
+    kind = output.resolved(family.num_classes)
+    if kind == "logits" and not family.num_classes:
+        raise DeploytkError(
+            f"`export.output: logits` needs a classifier head; {family.architecture} has none.",
+            hint=f"Use `export.output: embedding` (its {family.embedding_name}), `patch_features` or `tokens`.",
+        )
+    if output.follows_patches and reduction.soft_assignment:
+        what = "patch_features" if kind == "patch_features" else "`export.token_map`"
+        raise DeploytkError(
+            f"{what} needs to know which token holds each patch, and method {reduction.name} has no such map: its learned "
+            "layer makes every output token a mixture of all patches.",
+            hint="Use `export.output: tokens` without `token_map` with this method, or a merging/pruning method (`deploytk methods`).",
+        )
+    return output

@@ -56,6 +56,8 @@ class Reduction(nn.Module):
     checkpoint_prefix: ClassVar[str | None] = None
     #: for a method whose learned layers are optional: the option that turns them on (``learned`` stays False)
     learned_when: ClassVar[str | None] = None
+    #: the method's output tokens are learned mixtures of all patches: no patch -> token map (patch_features refused)
+    soft_assignment: ClassVar[bool] = False
     #: the method leaves tokens of size 0 that only proportional attention ignores (``merge.prop_attn`` must be true)
     needs_prop_attn: ClassVar[bool] = False
     #: the schedule knob `deploytk tune` searches: ``r`` (per-layer merges), ``keep_rate`` or ``quantile`` (ATM's

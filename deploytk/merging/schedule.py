@@ -39,6 +39,10 @@ class TokenSchedule:
     def tokens_out(self) -> int:
         return self.tokens[-1] - self.effective_r[-1]
 
+    def tokens_out_of(self, blocks: int) -> int:
+        """Tokens leaving the first ``blocks`` blocks (>= 1)."""
+        return self.tokens[blocks - 1] - self.effective_r[blocks - 1]
+
     @property
     def capped(self) -> bool:
         return self.requested_r != self.effective_r

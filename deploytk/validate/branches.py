@@ -24,7 +24,6 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from deploytk.export.onnx_export import OUTPUT_NAME
 from deploytk.export.probes import Probe
 from deploytk.ops import OPS
 from deploytk.ops.ties import PERTURBATION_TRIALS, ROUNDING_PERTURBATION
@@ -63,7 +62,8 @@ def _run_reference(reference, batch: np.ndarray, replay=None):
     reference.dest_hook = hook
     try:
         with torch.no_grad():
-            logits = reference(torch.from_numpy(np.ascontiguousarray(batch))).numpy()
+            out = reference(torch.from_numpy(np.ascontiguousarray(batch)))
+        logits = (out[0] if isinstance(out, tuple) else out).numpy()  # the first output: the one validate judges
     finally:
         reference.dest_hook = None
     return logits, hook.calls
@@ -74,7 +74,14 @@ def _rel_diff(ref: np.ndarray, out: np.ndarray) -> float:
 
 
 def explain_flips(
-    reference, probes: list[Probe], batches: list[np.ndarray], backend_outputs: list[dict], failing: list[int], atol: float, rtol: float
+    reference,
+    probes: list[Probe],
+    batches: list[np.ndarray],
+    backend_outputs: list[dict],
+    failing: list[int],
+    atol: float,
+    rtol: float,
+    output: str = "logits",
 ) -> tuple[list[BranchFlip], dict[int, np.ndarray]]:
     """Diagnose the failing images (global indices over ``batches``).
 
@@ -93,14 +100,14 @@ def explain_flips(
             raise RuntimeError(f"the reference made {len(ref_calls)} matching calls, the ONNX graph has {len(probes)}")
         replay_logits, _ = _run_reference(reference, batch, [values[p.dest] for p in probes])
         for j in rows:
-            flips.append(_diagnose(int(starts[b] + j), j, probes, ref_calls, values, replay_logits[j], atol, rtol))
+            flips.append(_diagnose(int(starts[b] + j), j, probes, ref_calls, values[output], values, replay_logits[j], atol, rtol))
             if flips[-1].explained:
                 replayed[flips[-1].image] = replay_logits[j]
     return flips, replayed
 
 
-def _diagnose(image, j, probes, ref_calls, values, replay_row, atol, rtol) -> BranchFlip:
-    backend_logits = values[OUTPUT_NAME][j]
+def _diagnose(image, j, probes, ref_calls, backend_output, values, replay_row, atol, rtol) -> BranchFlip:
+    backend_logits = backend_output[j]
     replay_diff = float(np.abs(backend_logits.astype(np.float64) - replay_row).max())
     for k, (probe, (op_name, args, ref_dest)) in enumerate(zip(probes, ref_calls, strict=True)):
         backend_dest = values[probe.dest][j]

@@ -21,7 +21,7 @@ from deploytk.backends.torch_backend import TorchModel
 from deploytk.data import folder_batches, synthetic_batches
 from deploytk.errors import DeploytkError
 from deploytk.export.artifacts import Artifact
-from deploytk.export.onnx_export import INPUT_NAME, OUTPUT_NAME
+from deploytk.export.onnx_export import INPUT_NAME
 from deploytk.export.probes import with_matching_outputs
 from deploytk.models import build_reference
 from deploytk.progress import SILENT, Progress
@@ -88,7 +88,7 @@ class ValidationReport:
     top1_agreement_counted: float | None = None
     #: flips whose logits are all within atol/rtol and whose two classes the tolerance lets noise swap
     top1_flips_within_tolerance: int = 0
-    #: "logits" (a classifier head) or "embedding" (num_classes=0: pooled features, no top-1)
+    #: export.output: logits (top-1 applies), embedding, patch_features or tokens (features: cosine per patch / token)
     output_kind: str = "logits"
     #: how the runtime was set up (threads, hints, providers)
     runtime_settings: dict = field(default_factory=dict)
@@ -102,7 +102,8 @@ class ValidationReport:
 
 
 def compare_outputs(reference: list[np.ndarray], candidate: list[np.ndarray], classes: bool = True) -> dict:
-    """Metrics over all images (rows) of the batched outputs; ``classes=False``: embeddings (no top-1)."""
+    """Metrics over all images (rows) of the batched outputs; ``classes=False``: features (no top-1). The cosine is
+    taken along the last axis: per image for a pooled output, per patch / per token for patch_features / tokens."""
     ref = np.concatenate(reference).astype(np.float64)
     out = np.concatenate(candidate).astype(np.float64)
     diff = np.abs(out - ref)
@@ -142,11 +143,13 @@ def near_tied_logits(flip: dict, tol: Tolerances) -> bool:
 
 
 def failing_images(reference: list[np.ndarray], candidate: list[np.ndarray], tol: Tolerances) -> list[int]:
-    """Images (row indices) failing Polygraphy's rule: max abs diff > atol and max rel diff > rtol."""
+    """Images (row indices) failing Polygraphy's rule: max abs diff > atol and max rel diff > rtol (over all of an
+    image's values: its logits, or every patch's / token's features)."""
     ref = np.concatenate(reference).astype(np.float64)
     diff = np.abs(np.concatenate(candidate).astype(np.float64) - ref)
     rel = diff / np.maximum(np.abs(ref), 1e-30)
-    return [int(i) for i in np.flatnonzero((diff.max(-1) > tol.atol) & (rel.max(-1) > tol.rtol))]
+    n = ref.shape[0]
+    return [int(i) for i in np.flatnonzero((diff.reshape(n, -1).max(-1) > tol.atol) & (rel.reshape(n, -1).max(-1) > tol.rtol))]
 
 
 def judge_top1_flips(metrics: dict, reference: list[np.ndarray], candidate: list[np.ndarray], tol: Tolerances) -> None:
@@ -198,8 +201,9 @@ def validate(
         )
     elementwise_passed = bool(accuracy)
     (_, ref_iters), (_, out_iters) = results[0], results[1]
-    ref_out = [it[OUTPUT_NAME] for it in ref_iters]
-    backend_out = [it[OUTPUT_NAME] for it in out_iters]
+    name = artifact.output_name  # the first output is judged; Polygraphy's element-wise check covered all of them
+    ref_out = [it[name] for it in ref_iters]
+    backend_out = [it[name] for it in out_iters]
     classes = artifact.output_kind == "logits"
     metrics = compare_outputs(ref_out, backend_out, classes)
     judge_top1_flips(metrics, ref_out, backend_out, tol)
@@ -207,7 +211,7 @@ def validate(
     failing = failing_images(ref_out, backend_out, tol)
     if failing and probes:
         progress.step(f"diagnosing {len(failing)} image(s) outside tolerance: replaying the reference with the backend's choices")
-        flips, replayed = explain_flips(reference, probes, list(batches), list(out_iters), failing, tol.atol, tol.rtol)
+        flips, replayed = explain_flips(reference, probes, list(batches), list(out_iters), failing, tol.atol, tol.rtol, name)
     checked = metrics
     if flips:
         effective = np.concatenate(ref_out).copy()

@@ -132,3 +132,15 @@ def test_export_large_smoke(tmp_path):
     assert row["export_peak_rss_gib"] > 0.1 and row["external_data_mb"] is None
     assert row["validate_ort"]["passed"] and row["validate_openvino"]["passed"] and row["validate_ort"]["max_abs_diff"] < 1e-4
     assert row["tokens_per_layer"] == [197, 189]
+
+
+@pytest.mark.slow  # eleven deploytk child processes (~1 min); the output kinds themselves are in tests/export/test_output_kinds.py
+def test_output_kinds_smoke(tmp_path):
+    report, _ = run_script("output_kinds.py", tmp_path / "x.json", False, "--images", "4", "--iterations", "2,2")
+    (row,) = report["configs"]
+    assert report["smoke"] and row["output"]["kind"] == "tokens" and row["output"]["tokens"] == 8  # 16 patches, r=4 in 2 blocks
+    assert [o["name"] for o in row["outputs"]] == ["tokens", "token_sizes", "patch_to_token"]
+    for runtime in ("ort", "openvino"):
+        assert row[f"validate_{runtime}"]["passed"] and row[f"validate_{runtime}"]["max_abs_diff"] < 1e-4
+        assert all(row[f"profile_{runtime}_b{b}"]["p50_ms"] > 0 and row[f"profile_{runtime}_b{b}"]["speedup"] > 0 for b in (1, 8))
+    assert (tmp_path / "x.png").is_file()

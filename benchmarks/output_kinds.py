@@ -1,0 +1,150 @@
+"""Dense features and token sets on the CPU runtimes: the ready-made output-kind configs, exported, validated and
+profiled against the same model without reduction (same outputs) on ONNX Runtime and OpenVINO.
+
+For each config (random weights: latency does not depend on them): `deploytk export --format onnx-inlined`, then
+`deploytk validate` on both runtimes (seeded synthetic images, default tolerances), then `deploytk profile` on both
+runtimes at batch 1 and at batch 8 (the dense model with the same output alternates with the reduced one in one
+process; medians). Every step is a `deploytk` child process, as a user runs it. The exports go to a temporary folder.
+Writes benchmarks/results/output_kinds_<cpu>.json and a PNG of the speedups beside it.
+
+    python benchmarks/output_kinds.py                       # ~60 min on a 2-core CPU (two ViT-L/14-336 towers)
+    python benchmarks/output_kinds.py --smoke --output /tmp/x.json   # DeiT-Tiny, 2 blocks: does it run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.common import RESULTS, write_result  # noqa: E402
+from deploytk.files import claim_file  # noqa: E402
+from deploytk.machine import host  # noqa: E402
+
+CONFIGS = (
+    "llava15_clip_l336_tome_144_tokens",
+    "llava15_clip_l336_tome_64_tokens",
+    "dinov2_small_reg_tome_r8_patch_features",
+    "dinov2_base_reg_tome_r8_patch_features",
+)
+#: the CPU runtimes every export is validated and profiled on
+RUNTIMES = ("ort", "openvino")
+SMOKE_CONFIG = """model: deit_tiny_patch16_224
+model_kwargs: {depth: 2}
+merge: {method: tome, r: 4}
+export: {img_size: 64, batch_size: 2, output: tokens, feature_layer: -1, token_map: true}
+"""
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--configs", default=",".join(CONFIGS), help="names in export_configs/, comma-separated")
+    p.add_argument("--images", type=int, default=16, help="synthetic images per validation")
+    p.add_argument("--iterations", default="10,4", help="timed runs per model at batch 1 and at batch 8")
+    p.add_argument("--smoke", action="store_true", help="DeiT-Tiny, 2 blocks: checks the script, measures nothing of interest.")
+    p.add_argument("--output", type=Path, default=None)
+    return p.parse_args(argv)
+
+
+def deploytk(*args: str) -> tuple[subprocess.CompletedProcess, float]:
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", "from deploytk.cli import main; main()", *args], capture_output=True, text=True)
+    return done, time.perf_counter() - t0
+
+
+def json_of(done: subprocess.CompletedProcess, what: str) -> dict:
+    if done.returncode not in (0, 1) or not done.stdout.strip():  # validate exits 1 on a failed check, with its report
+        raise SystemExit(f"{what} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout)
+
+
+def measure(config: Path, folder: Path, images: int, iterations: tuple[int, int]) -> dict:
+    out = folder / config.stem
+    export, export_seconds = deploytk("export", str(config), "--output", str(out), "--format", "onnx-inlined", "--json")
+    json_of(export, f"export of {config.name}")
+    manifest = json.loads((out / "manifest.json").read_text())
+    row = {
+        "config": config.stem,
+        "model": manifest["model"]["name"],
+        "method": manifest["method"]["name"],
+        "output": manifest["output"],
+        "outputs": manifest["outputs"],
+        "gflops": manifest["gflops"],
+        "dense_gflops": manifest["dense_gflops"],
+        "export_seconds": round(export_seconds, 1),
+    }
+    for runtime in RUNTIMES:
+        done, seconds = deploytk("validate", str(out), "--backend", runtime, "--num-images", str(images), "--batch-size", "8", "--json")
+        report = json_of(done, f"validate of {config.stem} on {runtime}")
+        row[f"validate_{runtime}"] = {
+            "passed": report["passed"],
+            "max_abs_diff": report["max_abs_diff"],
+            "cosine_similarity_min": report["cosine_similarity_min"],
+            "branch_flips": len(report["branch_flips"]),
+            "seconds": round(seconds, 1),
+        }
+        for batch, runs in zip((1, 8), iterations, strict=True):
+            done, _ = deploytk(
+                "profile", str(out), "--backend", runtime, "--batch-sizes", str(batch), "--iterations", str(runs), "--warmup", "1", "--json"
+            )
+            result = json_of(done, f"profile of {config.stem} on {runtime}")["results"][0]
+            row[f"profile_{runtime}_b{batch}"] = {
+                "p50_ms": result["latency_ms"]["p50"],
+                "dense_p50_ms": result["dense"]["latency_ms"]["p50"],
+                "speedup": result["speedup_vs_dense"],
+                "iterations": runs,
+            }
+    print(json.dumps({k: v for k, v in row.items() if k != "outputs"}), flush=True)
+    return row
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """Speedup over the same model without reduction, per config, runtime and batch."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = [f"profile_{r}_b{b}" for r in RUNTIMES for b in (1, 8)]
+    fig, ax = plt.subplots(figsize=(9, 3.6), dpi=100)
+    width = 0.8 / len(keys)
+    for k, key in enumerate(keys):
+        ax.bar(
+            [i + k * width for i in range(len(rows))], [row[key]["speedup"] for row in rows], width, label=key[8:].replace("_", " batch ")
+        )
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(rows))], [row["config"].replace("_", " ") for row in rows], fontsize=7)
+    ax.set_ylabel("speedup vs. no reduction (p50)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, metadata={"Software": "deploytk benchmarks/output_kinds.py"})
+    plt.close(fig)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    iterations = tuple(int(v) for v in args.iterations.split(","))
+    cpu = re.sub(r"[^a-z0-9]+", "_", host()["cpu"].lower()).strip("_")[:40]
+    out = claim_file(args.output or RESULTS / f"output_kinds_{cpu}.json", "deploytk benchmarks/output_kinds.py")
+    with tempfile.TemporaryDirectory(prefix="deploytk-outputs-") as folder:
+        if args.smoke:
+            smoke = Path(folder) / "smoke_tokens.yaml"
+            smoke.write_text(SMOKE_CONFIG)
+            configs = [smoke]
+        else:
+            configs = [ROOT / "export_configs" / f"{name}.yaml" for name in args.configs.split(",")]
+        rows = [measure(c, Path(folder), args.images, iterations) for c in configs]
+    path = write_result(out, {"smoke": args.smoke, "environment": host(), "images": args.images, "configs": rows})
+    plot(rows, path.with_suffix(".png"))
+
+
+if __name__ == "__main__":
+    main()
