@@ -1,7 +1,7 @@
 """Build the timm model a config names, with its weights, and the merged reference from it.
 
-Weights come from ``checkpoint`` (.safetensors, or a .pth/.pt/.bin state_dict read with
-``weights_only=True``), from timm's own download (``pretrained: true``, online only) or
+Weights come from ``checkpoint`` (.safetensors, a .pth/.pt/.bin state_dict read with ``weights_only=True``,
+or a format the family's own library reads: timm's JAX ``.npz``), from timm's own download (``pretrained: true``, online only) or
 random initialisation (seeded, so every command rebuilds the same model).
 """
 
@@ -187,7 +187,8 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     except Exception as err:
         raise DeploytkError(
             f"checkpoint {path} could not be read ({type(err).__name__}: {str(err).splitlines()[0][:200]}).",
-            hint="Expected a .safetensors file or a torch state_dict saved with torch.save (loaded with weights_only=True).",
+            hint="Expected a .safetensors file, a torch state_dict saved with torch.save (loaded with weights_only=True) "
+            "or, for a timm ViT, a Google JAX/Flax .npz.",
         ) from None
     for key in ("model", "state_dict", "model_ema"):
         if isinstance(state, dict) and key in state and isinstance(state[key], dict):
@@ -208,7 +209,9 @@ def split_checkpoint(state: dict[str, torch.Tensor], prefix: str | None) -> tupl
 
 def load_checkpoint(model: nn.Module, path: Path, skip_prefix: str | None = None) -> None:
     """Load a checkpoint's timm keys strictly (``skip_prefix.*`` belongs to a learned method)."""
-    state = adapt(model).convert_checkpoint(split_checkpoint(read_state_dict(path), skip_prefix)[0])
+    family = adapt(model)
+    native = family.read_checkpoint(path) if path.is_file() else None
+    state = native if native is not None else family.convert_checkpoint(split_checkpoint(read_state_dict(path), skip_prefix)[0])
     learned_by: dict[str, list[str]] = {}  # checkpoint prefix -> the learned methods that save their layers there
     for m in METHODS.values():
         if m.checkpoint_prefix:

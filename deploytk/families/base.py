@@ -168,6 +168,11 @@ class ModelFamily:
         """(mean, std) per RGB channel of ``eval_transform`` (visualize undoes them to draw what the model saw)."""
         raise NotImplementedError
 
+    def read_checkpoint(self, path) -> dict[str, torch.Tensor] | None:
+        """A checkpoint file in a format only the family's own library reads (timm: JAX ``.npz``), as this model's state
+        dict; None: a state dict file (.safetensors, .pth), read by ``deploytk.models``."""
+        return None
+
     def convert_checkpoint(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """A checkpoint's state dict in this model's own layout and shapes (the family's own converter), before the strict
         load that refuses whatever still does not fit."""

@@ -8,6 +8,8 @@ forward is timm's own, taken apart (``VisionTransformer.forward_features`` and
 
 from __future__ import annotations
 
+from copy import deepcopy
+
 import torch.nn.functional as F
 from timm.data import create_transform, resolve_data_config
 from timm.layers import Attention, AttentionPoolLatent
@@ -183,6 +185,23 @@ class TimmViT(ModelFamily):
             raise DeploytkError(
                 f"timm's checkpoint conversion for {self.architecture} failed on this checkpoint ({type(err).__name__}: {first})."
             ) from None
+
+    def read_checkpoint(self, path):
+        """Google's JAX/Flax ``.npz`` checkpoints (AugReg, big_vision) through timm's own reader (``load_pretrained``,
+        which also resamples the position embedding), into a copy of this model; its state dict then loads strictly."""
+        if path.suffix != ".npz":
+            return None
+        copy = deepcopy(self.model)
+        try:
+            copy.load_pretrained(str(path))
+        except Exception as err:
+            first = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
+            raise DeploytkError(
+                f"checkpoint {path} could not be read as a JAX/Flax ViT checkpoint by timm ({type(err).__name__}: {first}).",
+                hint="A .npz must hold a Google ViT checkpoint (keys such as embedding/kernel, Transformer/encoderblock_0/...) "
+                f"of the architecture {self.architecture}.",
+            ) from None
+        return copy.state_dict()
 
     def plain(self):
         return self.model

@@ -76,6 +76,51 @@ def test_an_openai_clip_checkpoint_loads_through_timms_filter(tmp_path):
         torch.testing.assert_close(got.state_dict()[name], value, rtol=0, atol=0, msg=name)
 
 
+def jax_npz_layout(vit) -> dict[str, np.ndarray]:
+    """A timm ViT's weights in Google's JAX/Flax ViT checkpoint layout (AugReg .npz), written out key by key from that
+    layout (HWIO convolutions, [in, out] dense kernels, attention kernels [D, heads, head_dim])."""
+    s = {k: v.detach().numpy() for k, v in vit.state_dict().items()}
+    d, heads = vit.embed_dim, vit.blocks[0].attn.num_heads
+    w = {
+        "embedding/kernel": s["patch_embed.proj.weight"].transpose(2, 3, 1, 0),
+        "embedding/bias": s["patch_embed.proj.bias"],
+        "cls": s["cls_token"],
+        "Transformer/posembed_input/pos_embedding": s["pos_embed"],
+        "Transformer/encoder_norm/scale": s["norm.weight"],
+        "Transformer/encoder_norm/bias": s["norm.bias"],
+        "head/kernel": s["head.weight"].T,
+        "head/bias": s["head.bias"],
+    }
+    for i in range(len(vit.blocks)):
+        b, p = f"blocks.{i}.", f"Transformer/encoderblock_{i}/"
+        mha = p + "MultiHeadDotProductAttention_1/"
+        weights, biases = np.split(s[b + "attn.qkv.weight"], 3), np.split(s[b + "attn.qkv.bias"], 3)
+        for n, weight, bias in zip(("query", "key", "value"), weights, biases, strict=True):
+            w[mha + f"{n}/kernel"] = weight.T.reshape(d, heads, d // heads)
+            w[mha + f"{n}/bias"] = bias.reshape(heads, d // heads)
+        w[mha + "out/kernel"] = s[b + "attn.proj.weight"].reshape(d, heads, d // heads).transpose(1, 2, 0)
+        w[mha + "out/bias"] = s[b + "attn.proj.bias"]
+        for norm, ln in (("norm1", "LayerNorm_0"), ("norm2", "LayerNorm_2")):
+            w[p + f"{ln}/scale"], w[p + f"{ln}/bias"] = s[b + f"{norm}.weight"], s[b + f"{norm}.bias"]
+        for fc, dense in (("fc1", "Dense_0"), ("fc2", "Dense_1")):
+            w[p + f"MlpBlock_3/{dense}/kernel"], w[p + f"MlpBlock_3/{dense}/bias"] = s[b + f"mlp.{fc}.weight"].T, s[b + f"mlp.{fc}.bias"]
+    return w
+
+
+def test_a_jax_npz_checkpoint_loads_through_timms_reader(tmp_path):
+    trained = seeded_init(timm.create_model("vit_tiny_patch16_224", **TINY), seed=4)
+    path = tmp_path / "augreg.npz"
+    np.savez(path, **jax_npz_layout(trained))
+    got = create_vit(config(path, model="vit_tiny_patch16_224"))
+    for name, value in trained.state_dict().items():
+        torch.testing.assert_close(got.state_dict()[name], value, rtol=0, atol=0, msg=name)
+    bigger = create_vit(config(path, model="vit_tiny_patch16_224", img_size=256))  # the position embedding resampled by timm
+    assert bigger.pos_embed.shape == (1, 1 + 16 * 16, 192)
+    np.savez(tmp_path / "other.npz", weights=np.zeros(3))
+    with pytest.raises(DeploytkError, match=r"could not be read as a JAX/Flax ViT checkpoint by timm .*embedding/kernel, Transformer"):
+        create_vit(config(tmp_path / "other.npz", model="vit_tiny_patch16_224"))
+
+
 def test_an_incompatible_checkpoint_is_refused_naming_keys(tmp_path):
     vit = seeded_init(timm.create_model("vit_base_patch16_clip_224", **CLIP_KWARGS), seed=2)
     path = tmp_path / "openai_clip.pt"
