@@ -1,20 +1,17 @@
-"""Build the timm model a config names, with its weights, and the merged reference from it.
+"""Build the model a config names, with its weights, and the merged reference from it.
 
-Weights come from ``checkpoint`` (.safetensors, a .pth/.pt/.bin state_dict read with ``weights_only=True``,
-or a format the family's own library reads: timm's JAX ``.npz``), from timm's own download (``pretrained: true``, online only) or
-random initialisation (seeded, so every command rebuilds the same model).
+The model's family builds it (``ModelFamily.load``: timm's ``create_model``, a transformers folder or Hub id);
+weights then come from ``checkpoint`` (.safetensors, a .pth/.pt/.bin state_dict read with ``weights_only=True``,
+or a format the family's own library reads: timm's JAX ``.npz``), from the family's own download
+(``pretrained: true``, online only) or random initialisation (seeded, so every command rebuilds the same model).
 """
 
 from __future__ import annotations
 
-import contextlib
-import difflib
 from pathlib import Path
 
-import timm
 import torch
 from safetensors.torch import load_file
-from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
 from deploytk.config import DeployConfig
@@ -27,60 +24,17 @@ RANDOM_INIT_SEED = 0
 
 
 def create_vit(cfg: DeployConfig) -> nn.Module:
-    """The plain model with the config's weights, in eval mode: a timm model, or one of a family named by prefix (``hf:``)."""
+    """The plain model with the config's weights, in eval mode: built by the family its name names (timm's, or one named
+    by prefix such as ``hf:``), then the ``checkpoint`` file loaded into it."""
     family = family_named(cfg.model)
-    if family is not None:
-        return _create_named(cfg, family)
-    hub = cfg.model.startswith("hf-hub:")  # timm's own syntax: the architecture and pretrained_cfg come from the Hub repo
-    if not hub and not timm.is_model(cfg.model):
-        close = difflib.get_close_matches(cfg.model, timm.list_models(), n=3)
-        hint = f" Did you mean: {', '.join(close)}?" if close else ""
-        raise DeploytkError(f"unknown timm model {cfg.model!r} (`model`).{hint}")
-    kwargs = dict(cfg.model_kwargs)
-    if "img_size" in kwargs:
-        raise DeploytkError("`model_kwargs.img_size` is not allowed: set `export.img_size` instead.")
-    if cfg.export.img_size:
-        kwargs["img_size"] = cfg.export.img_size if isinstance(cfg.export.img_size, int) else cfg.export.hw
     torch.manual_seed(RANDOM_INIT_SEED)
-    offline = (cfg.pretrained or hub) and not _hub_reachable()
-    try:
-        with _hub_offline(offline):
-            model = timm.create_model(cfg.model, pretrained=cfg.pretrained, **kwargs)
-    except TypeError as err:  # non-ViT models reject img_size; unknown model_kwargs land here too
-        bad = [k for k in cfg.model_kwargs if k in str(err)]
-        if bad:
-            raise DeploytkError(f"timm model {cfg.model!r} does not accept `model_kwargs.{bad[0]}` ({err}).") from None
-        if "img_size" in str(err):
-            raise DeploytkError(
-                f"model {cfg.model!r} is not a timm VisionTransformer; deploytk supports the "
-                "VisionTransformer family (vit_*, deit_*, deit3_*, ...)."
-            ) from None
-        raise
-    except Exception as err:
-        if hub and not cfg.pretrained:
-            why = "the Hugging Face Hub cannot be reached and the repo's config.json is not in the local cache" if offline else str(err)
-            raise DeploytkError(
-                f"timm could not read the Hub repo of {cfg.model!r} (`model`): {why.rstrip('.')}.",
-                hint="Online once (or with the repo in the Hugging Face cache), or name the timm architecture itself "
-                "(`deit_small_patch16_224`) and pass its weights with `checkpoint:`.",
-            ) from None
-        if cfg.pretrained:
-            why = (
-                "the Hugging Face Hub cannot be reached from this machine and they are not in the local cache"
-                if offline
-                else str(err).rstrip(".")
-            )
-            raise DeploytkError(
-                f"timm could not load pretrained weights for {cfg.model!r} (`pretrained: true`): {why}.",
-                hint="Offline, pass the weights with --checkpoint / `checkpoint:` instead of `pretrained: true`.",
-            ) from None
-        raise
-    if not isinstance(model, VisionTransformer):
-        raise DeploytkError(
-            f"model {cfg.model!r} is a {type(model).__name__}, not a timm VisionTransformer; deploytk supports "
-            "the VisionTransformer family (vit_*, deit_*, deit3_*, ...)."
-        )
-    _require_whole_patches(model, cfg)
+    model = family.load(
+        cfg.model,
+        img_size=cfg.export.img_size if isinstance(cfg.export.img_size, int) else cfg.export.hw,
+        model_kwargs=dict(cfg.model_kwargs),
+        pretrained=cfg.pretrained,
+        checkpoint=cfg.checkpoint,
+    )
     if cfg.checkpoint:
         load_checkpoint(model, Path(cfg.checkpoint), cfg.merge.reduction.checkpoint_prefix)
     return model.eval()
@@ -89,91 +43,6 @@ def create_vit(cfg: DeployConfig) -> nn.Module:
 def create_model(cfg: DeployConfig) -> ModelFamily:
     """The config's model with its weights, seen through its family's adapter."""
     return adapt(create_vit(cfg))
-
-
-def _create_named(cfg: DeployConfig, family: type[ModelFamily]) -> nn.Module:
-    """A model its family loads whole (a transformers folder or Hub id holds the architecture and the weights)."""
-    if cfg.model_kwargs:
-        raise DeploytkError(
-            f"`model_kwargs` ({', '.join(cfg.model_kwargs)}) are for timm models; {cfg.model} is built from its own config.json."
-        )
-    if cfg.checkpoint:
-        raise DeploytkError(
-            f"`checkpoint` is for timm models; {cfg.model} loads its weights from its own folder (model.safetensors).",
-            hint="Save the fine-tuned model with save_pretrained and point `model: hf:<that folder>` at it.",
-        )
-    torch.manual_seed(RANDOM_INIT_SEED)
-    model = family.load(cfg.model)
-    size = adapt(model).img_size
-    if cfg.export.hw and cfg.export.hw != size:
-        raise DeploytkError(
-            f"`export.img_size` = {cfg.export.img_size}, but {cfg.model} is built for {size[0]}x{size[1]} (its config.json's "
-            "image_size); deploytk does not resample a transformers model's position embedding.",
-            hint=f"Set `export.img_size: {size[0]}` or `export.img_size: null` (the model's own size).",
-        )
-    return model
-
-
-def _require_whole_patches(model: VisionTransformer, cfg: DeployConfig) -> None:
-    """timm's patch embedding is a Conv2d with stride = patch size and no padding: an image size that is not a multiple
-    of it loses its last rows and columns without a word, so it is refused here."""
-    patch = tuple(int(p) for p in model.patch_embed.patch_size)
-    size = tuple(int(v) for v in model.patch_embed.img_size)
-    if all(v % p == 0 for v, p in zip(size, patch, strict=True)):
-        return
-    lost = max(v % p for v, p in zip(size, patch, strict=True))
-    p = max(patch)
-    value = cfg.export.img_size if isinstance(cfg.export.img_size, int) else list(size)
-    side = next(v for v, q in zip(size, patch, strict=True) if v % q)
-    near = sorted({side // p * p, -(-side // p) * p} - {0})
-    raise DeploytkError(
-        f"`export.img_size` = {value} is not a multiple of {cfg.model}'s patch size {p}: timm's patch embedding (a Conv2d "
-        f"with stride {p}, no padding) would drop the last {lost} pixel rows and columns of every image without a word.",
-        hint=f"Use {' or '.join(map(str, near))}" + (" for that side." if not isinstance(value, int) else "."),
-    )
-
-
-def _hub_reachable(timeout_s: float = 3.0) -> bool:
-    """Whether the Hugging Face Hub answers a TCP connection within ``timeout_s`` (or a proxy is configured, which may
-    reach it). Offline, huggingface_hub retries with back-off for about a minute before it gives up."""
-    import os
-    import socket
-    import threading
-    from urllib.parse import urlparse
-
-    from huggingface_hub import constants
-
-    if constants.HF_HUB_OFFLINE or any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
-        return True  # offline already, or the proxy decides
-    host = urlparse(constants.ENDPOINT).hostname or "huggingface.co"
-    answered = []
-
-    def probe():  # in a thread: name resolution has no timeout of its own
-        try:
-            socket.create_connection((host, 443), timeout=timeout_s).close()
-            answered.append(True)
-        except OSError:
-            pass
-
-    thread = threading.Thread(target=probe, daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    return bool(answered)
-
-
-@contextlib.contextmanager
-def _hub_offline(offline: bool):
-    """huggingface_hub's offline mode while timm loads (the local cache still serves), if ``offline``."""
-    if not offline:
-        yield
-        return
-    from huggingface_hub import constants
-
-    saved, constants.HF_HUB_OFFLINE = constants.HF_HUB_OFFLINE, True
-    try:
-        yield
-    finally:
-        constants.HF_HUB_OFFLINE = saved
 
 
 def read_state_dict(path: Path) -> dict[str, torch.Tensor]:

@@ -218,9 +218,9 @@ def test_the_default_config_is_found_beside_the_package_from_any_folder(work):
 
 
 def test_offline_pretrained_fails_fast_with_the_hint(work, monkeypatch):
-    import deploytk.models as models
+    import deploytk.families.timm_vit as timm_family
 
-    monkeypatch.setattr(models, "_hub_reachable", lambda timeout_s=3.0: False)  # as on a machine without network
+    monkeypatch.setattr(timm_family, "hub_reachable", lambda timeout_s=3.0: False)  # as on a machine without network
     (work / "pre.yaml").write_text("model: deit_tiny_patch16_224\npretrained: true\nmerge: {method: tome, r: 8}\n")
     refused(
         ["export", work / "pre.yaml", "--output", work / "pre_out"],

@@ -246,3 +246,24 @@ def test_with_data_the_most_accurate_candidate_within_budget_is_chosen():
     # the most accurate within budget wins over the least aggressive; ties go to the less aggressive (higher FLOPs)
     want = min((label for label, t in within.items() if t == best), key=lambda label: int(label[1:]))
     assert report["chosen"]["label"] == want and report["chosen"]["top1"] == best
+
+
+def test_candidates_of_a_feature_layer_output_count_only_the_blocks_it_runs():
+    cfg = config_from_dict(
+        {
+            "model": "deit_tiny_patch16_224",
+            "model_kwargs": {"depth": 4},
+            "merge": {"method": "tome", "r": 1},
+            "export": {"img_size": 64, "output": "tokens", "feature_layer": 2},
+        }
+    )
+    found = candidates_for(cfg)
+    assert found and all(len(c.tokens) == 2 for c in found)  # blocks 2 and 3 are not in the graph
+    assert len({tuple(c.tokens) for c in found}) == len(found)  # an r that changes only the blocks after it is no candidate
+
+
+def test_tune_with_data_refuses_an_output_without_classes(tmp_path):
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump({"merge": {"method": "tome"}, "export": {"output": "patch_features"}}))
+    (tmp_path / "data" / "a").mkdir(parents=True)
+    with pytest.raises(DeploytkError, match=r"--data ranks the candidates by top-1, and .*c.yaml exports `export.output: patch_features`"):
+        tune(tmp_path / "c.yaml", budget_ms=10, data=tmp_path / "data")

@@ -74,8 +74,13 @@ class ModelFamily:
     takes_learned_reducers: ClassVar[bool] = False
 
     @classmethod
-    def load(cls, name: str) -> nn.Module:
-        """The model ``name`` (with ``prefix``) names, its weights included, in eval mode."""
+    def load(
+        cls, name: str, *, img_size: int | tuple[int, int] | None, model_kwargs: dict, pretrained: bool, checkpoint: str | None
+    ) -> nn.Module:
+        """The model ``name`` (with ``prefix``) names, in eval mode, built from a config's ``model``, ``export.img_size``
+        (None: the model's own), ``model_kwargs`` and ``pretrained``; ``checkpoint``, a weights file ``deploytk.models``
+        loads into it afterwards, is given so that a family whose models hold their own weights can refuse it. Random
+        weights are seeded by the caller."""
         raise NotImplementedError
 
     def __init__(self, model: nn.Module):
@@ -213,9 +218,11 @@ def register_family(cls: type[ModelFamily]) -> type[ModelFamily]:
     return cls
 
 
-def family_named(name: str) -> type[ModelFamily] | None:
-    """The family whose ``prefix`` starts ``name`` (None: a timm model name)."""
-    return next((f for f in FAMILIES.values() if f.prefix and name.startswith(f.prefix)), None)
+def family_named(name: str) -> type[ModelFamily]:
+    """The family a config's ``model:`` names: the one whose ``prefix`` starts it, else the family of unprefixed names
+    (timm's)."""
+    prefixed = next((f for f in FAMILIES.values() if f.prefix and name.startswith(f.prefix)), None)
+    return prefixed or next(f for f in FAMILIES.values() if f.prefix is None)
 
 
 def adapt(model: nn.Module | ModelFamily) -> ModelFamily:

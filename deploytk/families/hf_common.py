@@ -15,7 +15,7 @@ from typing import ClassVar
 from torch import nn
 
 from deploytk.errors import DeploytkError
-from deploytk.families.base import BlockParts, ModelFamily
+from deploytk.families.base import BlockParts, ModelFamily, adapt
 
 #: a config's ``model:`` that names a transformers model: ``hf:<hub id or save_pretrained folder>``
 HF_PREFIX = "hf:"
@@ -85,8 +85,30 @@ class HFFamily(ModelFamily):
     prefix = HF_PREFIX
 
     @classmethod
-    def load(cls, name):
-        return load_hf(name)
+    def load(cls, name, *, img_size, model_kwargs, pretrained, checkpoint):
+        """A transformers folder or Hub id holds the architecture (config.json) and the weights: ``model_kwargs`` and a
+        separate ``checkpoint`` are refused, and so is an image size other than the config's (the position embedding is
+        not resampled)."""
+        if model_kwargs:
+            raise DeploytkError(
+                f"`model_kwargs` ({', '.join(model_kwargs)}) are for timm models; {name} is built from its own config.json."
+            )
+        if checkpoint:
+            raise DeploytkError(
+                f"`checkpoint` is for timm models; {name} loads its weights from its own folder (model.safetensors).",
+                hint="Save the fine-tuned model with save_pretrained and point `model: hf:<that folder>` at it.",
+            )
+        model = load_hf(name)
+        size = adapt(model).img_size
+        want = None if img_size is None else (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+        if want and want != size:
+            shown = img_size if isinstance(img_size, int) else list(img_size)
+            raise DeploytkError(
+                f"`export.img_size` = {shown}, but {name} is built for {size[0]}x{size[1]} (its config.json's image_size); "
+                "deploytk does not resample a transformers model's position embedding.",
+                hint=f"Set `export.img_size: {size[0]}` or `export.img_size: null` (the model's own size).",
+            )
+        return model
 
     @classmethod
     def accepts(cls, model):

@@ -8,8 +8,11 @@ forward is timm's own, taken apart (``VisionTransformer.forward_features`` and
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 from copy import deepcopy
 
+import timm
 import torch.nn.functional as F
 from timm.data import create_transform, resolve_data_config
 from timm.layers import Attention, AttentionPoolLatent
@@ -79,6 +82,61 @@ class TimmViT(ModelFamily):
     name = "timm"
     takes_learned_reducers = True
     summary = "timm VisionTransformer (vit_*, deit_*, deit3_*, registers, GAP; pre- and post-norm blocks)"
+
+    @classmethod
+    def load(cls, name, *, img_size, model_kwargs, pretrained, checkpoint):
+        """``timm.create_model`` with ``img_size`` and ``model_kwargs``; ``hf-hub:timm/...`` names take the architecture
+        from the Hub repo. Offline, ``pretrained`` fails fast (huggingface_hub would retry for about a minute)."""
+        hub = name.startswith("hf-hub:")  # timm's own syntax: the architecture and pretrained_cfg come from the Hub repo
+        if not hub and not timm.is_model(name):
+            close = difflib.get_close_matches(name, timm.list_models(), n=3)
+            hint = f" Did you mean: {', '.join(close)}?" if close else ""
+            raise DeploytkError(f"unknown timm model {name!r} (`model`).{hint}")
+        kwargs = dict(model_kwargs)
+        if "img_size" in kwargs:
+            raise DeploytkError("`model_kwargs.img_size` is not allowed: set `export.img_size` instead.")
+        if img_size:
+            kwargs["img_size"] = img_size
+        offline = (pretrained or hub) and not hub_reachable()
+        try:
+            with _hub_offline(offline):
+                model = timm.create_model(name, pretrained=pretrained, **kwargs)
+        except TypeError as err:  # non-ViT models reject img_size; unknown model_kwargs land here too
+            bad = [k for k in model_kwargs if k in str(err)]
+            if bad:
+                raise DeploytkError(f"timm model {name!r} does not accept `model_kwargs.{bad[0]}` ({err}).") from None
+            if "img_size" in str(err):
+                raise DeploytkError(
+                    f"model {name!r} is not a timm VisionTransformer; deploytk supports the "
+                    "VisionTransformer family (vit_*, deit_*, deit3_*, ...)."
+                ) from None
+            raise
+        except Exception as err:
+            if hub and not pretrained:
+                why = "the Hugging Face Hub cannot be reached and the repo's config.json is not in the local cache" if offline else str(err)
+                raise DeploytkError(
+                    f"timm could not read the Hub repo of {name!r} (`model`): {why.rstrip('.')}.",
+                    hint="Online once (or with the repo in the Hugging Face cache), or name the timm architecture itself "
+                    "(`deit_small_patch16_224`) and pass its weights with `checkpoint:`.",
+                ) from None
+            if pretrained:
+                why = (
+                    "the Hugging Face Hub cannot be reached from this machine and they are not in the local cache"
+                    if offline
+                    else str(err).rstrip(".")
+                )
+                raise DeploytkError(
+                    f"timm could not load pretrained weights for {name!r} (`pretrained: true`): {why}.",
+                    hint="Offline, pass the weights with --checkpoint / `checkpoint:` instead of `pretrained: true`.",
+                ) from None
+            raise
+        if not isinstance(model, VisionTransformer):
+            raise DeploytkError(
+                f"model {name!r} is a {type(model).__name__}, not a timm VisionTransformer; deploytk supports "
+                "the VisionTransformer family (vit_*, deit_*, deit3_*, ...)."
+            )
+        _require_whole_patches(model, name, img_size)
+        return model.eval()
 
     @classmethod
     def accepts(cls, model):
@@ -205,3 +263,65 @@ class TimmViT(ModelFamily):
 
     def plain(self):
         return self.model
+
+
+def _require_whole_patches(model: VisionTransformer, name: str, img_size) -> None:
+    """timm's patch embedding is a Conv2d with stride = patch size and no padding: an image size that is not a multiple
+    of it loses its last rows and columns without a word, so it is refused here."""
+    patch = tuple(int(p) for p in model.patch_embed.patch_size)
+    size = tuple(int(v) for v in model.patch_embed.img_size)
+    if all(v % p == 0 for v, p in zip(size, patch, strict=True)):
+        return
+    lost = max(v % p for v, p in zip(size, patch, strict=True))
+    p = max(patch)
+    value = img_size if isinstance(img_size, int) else list(size)
+    side = next(v for v, q in zip(size, patch, strict=True) if v % q)
+    near = sorted({side // p * p, -(-side // p) * p} - {0})
+    raise DeploytkError(
+        f"`export.img_size` = {value} is not a multiple of {name}'s patch size {p}: timm's patch embedding (a Conv2d "
+        f"with stride {p}, no padding) would drop the last {lost} pixel rows and columns of every image without a word.",
+        hint=f"Use {' or '.join(map(str, near))}" + (" for that side." if not isinstance(value, int) else "."),
+    )
+
+
+def hub_reachable(timeout_s: float = 3.0) -> bool:
+    """Whether the Hugging Face Hub answers a TCP connection within ``timeout_s`` (or a proxy is configured, which may
+    reach it). Offline, huggingface_hub retries with back-off for about a minute before it gives up."""
+    import os
+    import socket
+    import threading
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE or any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return True  # offline already, or the proxy decides
+    host = urlparse(constants.ENDPOINT).hostname or "huggingface.co"
+    answered = []
+
+    def probe():  # in a thread: name resolution has no timeout of its own
+        try:
+            socket.create_connection((host, 443), timeout=timeout_s).close()
+            answered.append(True)
+        except OSError:
+            pass
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    return bool(answered)
+
+
+@contextlib.contextmanager
+def _hub_offline(offline: bool):
+    """huggingface_hub's offline mode while timm loads (the local cache still serves), if ``offline``."""
+    if not offline:
+        yield
+        return
+    from huggingface_hub import constants
+
+    saved, constants.HF_HUB_OFFLINE = constants.HF_HUB_OFFLINE, True
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE = saved

@@ -76,6 +76,11 @@ def tune(
             hint=f"Pass --iterations {MIN_SAMPLES[percentile]} or more (each candidate then takes longer to measure).",
         )
     cfg = config_from_dict(config_with(load_config(config)), str(config))  # a tuned config is tuned afresh
+    if data is not None and cfg.export.output not in (None, "logits"):
+        raise DeploytkError(
+            f"--data ranks the candidates by top-1, and {config} exports `export.output: {cfg.export.output}`, which has no classes.",
+            hint="Omit --data: tune then picks the least aggressive schedule within the latency budget.",
+        )
     backend = get_backend(backend) if isinstance(backend, str) else backend
     folder = scan_image_folder(data, limit) if data is not None else None
     output = claim_yaml(Path(output) if output else config.with_name(f"{config.stem}_tuned.yaml"), "deploytk tune")

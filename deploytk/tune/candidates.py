@@ -70,8 +70,9 @@ def block_gflops(tokens: int, width: int, mlp_ratio: float) -> float:
 
 
 def _estimate(model) -> tuple[list[int], float]:
-    """The token schedule and an estimate of its GFLOPs (enough to order candidates; exports count exactly)."""
-    tokens = list(model.schedule.tokens)
+    """The token schedule of the blocks the output needs and an estimate of their GFLOPs (enough to order candidates;
+    exports count exactly)."""
+    tokens = list(model.schedule.tokens[: model.blocks_run])
     family = model.family
     width = family.embed_dim
     mlp = family.mlp_dim / width
@@ -95,7 +96,7 @@ def _r_candidates(cfg: DeployConfig, family: ModelFamily, inflections: list[floa
         previous = None
         for r in range(1, 1000):
             spec = (r, inflection) if inflection else r
-            model = build_merged(method, family, spec, cfg.merge.prop_attn, options)
+            model = build_merged(method, family, spec, cfg.merge.prop_attn, options, cfg.export.output_spec())
             tokens, cost = _estimate(model)
             if tokens == previous:  # the cap leaves nothing more to merge
                 break
@@ -119,7 +120,8 @@ def _keep_rate_candidates(cfg: DeployConfig, family: ModelFamily) -> list[Candid
     for keep in reversed(KEEP_RATES):  # least aggressive first
         data = config_with(cfg, options={"keep_rate": keep})
         try:
-            model = build_merged(method, family, 0, cfg.merge.prop_attn, method.parse_options(data["merge"]["options"]))
+            options = method.parse_options(data["merge"]["options"])
+            model = build_merged(method, family, 0, cfg.merge.prop_attn, options, cfg.export.output_spec())
         except DeploytkError:
             continue  # e.g. a keep rate that leaves zero clusters at a later block
         tokens, cost = _estimate(model)
@@ -134,7 +136,8 @@ def _calibrated_candidates(cfg: DeployConfig, batches: list[np.ndarray], source:
     family = create_model(cfg)  # the weights, loaded once: every point and quantile runs on them
 
     def candidate(label: str, knob: dict, data: dict) -> Candidate:
-        merged = build_merged(method, family, data["merge"]["r"], cfg.merge.prop_attn, method.parse_options(data["merge"]["options"]))
+        point = method.parse_options(data["merge"]["options"])
+        merged = build_merged(method, family, data["merge"]["r"], cfg.merge.prop_attn, point, cfg.export.output_spec())
         return Candidate(label, knob, data, *_estimate(merged))
 
     points = method.tuning_points(options)
