@@ -9,6 +9,7 @@ Writes benchmarks/results/output_kinds_<cpu>.json and a PNG of the speedups besi
 
     python benchmarks/output_kinds.py                       # ~60 min on a 2-core CPU (two ViT-L/14-336 towers)
     python benchmarks/output_kinds.py --smoke --output /tmp/x.json   # DeiT-Tiny, 2 blocks: does it run
+    python benchmarks/output_kinds.py --markdown benchmarks/results/output_kinds_amd_epyc.json   # the README table
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 
@@ -51,6 +53,7 @@ def parse_args(argv=None):
     p.add_argument("--iterations", default="10,4", help="timed runs per model at batch 1 and at batch 8")
     p.add_argument("--smoke", action="store_true", help="DeiT-Tiny, 2 blocks: checks the script, measures nothing of interest.")
     p.add_argument("--output", type=Path, default=None)
+    p.add_argument("--markdown", type=Path, default=None, metavar="JSON", help="Print the table of an earlier run's JSON and exit.")
     return p.parse_args(argv)
 
 
@@ -106,6 +109,31 @@ def measure(config: Path, folder: Path, images: int, iterations: tuple[int, int]
     return row
 
 
+def _ms(value: float) -> str:
+    return f"{value:.0f}" if value >= 100 else f"{value:.2f}"
+
+
+def markdown(result: dict) -> str:
+    """The README's table: one row per config and runtime, batch 1 and 8 (reduced and dense p50, speedup), FLOPs ratio."""
+    lines = [
+        "| config | output | runtime | validate (max abs diff) | batch 1: p50 ms (dense) | speedup | batch 8: p50 ms (dense) | speedup "
+        "| FLOPs ratio |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in result["configs"]:
+        out = row["output"]
+        what = f"tokens, K = {out['tokens']}" if out["kind"] == "tokens" else out["kind"]
+        for runtime in RUNTIMES:
+            check = row[f"validate_{runtime}"]
+            cells = [f"`{row['config']}`", what, runtime, f"{'pass' if check['passed'] else 'FAIL'} ({check['max_abs_diff']:.1e})"]
+            for batch in (1, 8):
+                p = row[f"profile_{runtime}_b{batch}"]
+                cells += [f"{_ms(p['p50_ms'])} ({_ms(p['dense_p50_ms'])})", f"{p['speedup']:.2f}x"]
+            cells.append(f"{row['dense_gflops'] / row['gflops']:.2f}x")
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def plot(rows: list[dict], path: Path) -> None:
     """Speedup over the same model without reduction, per config, runtime and batch."""
     import matplotlib
@@ -118,10 +146,11 @@ def plot(rows: list[dict], path: Path) -> None:
     width = 0.8 / len(keys)
     for k, key in enumerate(keys):
         ax.bar(
-            [i + k * width for i in range(len(rows))], [row[key]["speedup"] for row in rows], width, label=key[8:].replace("_", " batch ")
+            [i + k * width for i in range(len(rows))], [row[key]["speedup"] for row in rows], width, label=key[8:].replace("_b", ", batch ")
         )
     ax.axhline(1.0, color="gray", lw=0.8)
-    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(rows))], [row["config"].replace("_", " ") for row in rows], fontsize=7)
+    names = [textwrap.fill(row["config"].replace("_", " "), 22) for row in rows]
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(rows))], names, fontsize=7)
     ax.set_ylabel("speedup vs. no reduction (p50)")
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -131,6 +160,9 @@ def plot(rows: list[dict], path: Path) -> None:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    if args.markdown:
+        print(markdown(json.loads(args.markdown.read_text())))
+        return
     iterations = tuple(int(v) for v in args.iterations.split(","))
     cpu = re.sub(r"[^a-z0-9]+", "_", host()["cpu"].lower()).strip("_")[:40]
     out = claim_file(args.output or RESULTS / f"output_kinds_{cpu}.json", "deploytk benchmarks/output_kinds.py")
@@ -142,8 +174,10 @@ def main(argv=None) -> None:
         else:
             configs = [ROOT / "export_configs" / f"{name}.yaml" for name in args.configs.split(",")]
         rows = [measure(c, Path(folder), args.images, iterations) for c in configs]
-    path = write_result(out, {"smoke": args.smoke, "environment": host(), "images": args.images, "configs": rows})
+    result = {"smoke": args.smoke, "environment": host(), "images": args.images, "configs": rows}
+    path = write_result(out, result)
     plot(rows, path.with_suffix(".png"))
+    print(markdown(result))
 
 
 if __name__ == "__main__":

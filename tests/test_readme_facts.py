@@ -3,6 +3,7 @@
 (The methods table is held to `deploytk methods --markdown` in tests/merging/test_registry.py.)
 """
 
+import json
 import re
 from pathlib import Path
 
@@ -67,3 +68,11 @@ def test_the_install_table_lists_the_extras():
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     listed = re.findall(r"^\| `deploytk\[([a-z]+)\]`", README, flags=re.M)
     assert listed and sorted(listed) == sorted(extras)
+
+
+def test_the_output_kinds_table_is_what_its_command_prints():
+    """The README's measured table of dense features and token sets is `output_kinds.py --markdown` of the committed JSON."""
+    from benchmarks.output_kinds import markdown
+
+    result = json.loads((ROOT / "benchmarks" / "results" / "output_kinds_amd_epyc.json").read_text())
+    assert markdown(result) in README
