@@ -132,7 +132,7 @@ _ALLOWED = {
     "batch_size": "an int >= 1",
     "img_size": "an int >= 16 (square), [H, W] (each >= 16) or null (the model's default)",
     "output": "logits, embedding, patch_features, tokens or null (the model's own output)",
-    "feature_layer": "an int (a hidden_states index: 0 embedding, i after block i, negative from the end) or null",
+    "feature_layer": "an int (a hidden_states index: 0 the embedding, i the output of the first i blocks, negative from the end) or null",
 }
 
 

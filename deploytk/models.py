@@ -79,7 +79,7 @@ def split_checkpoint(state: dict[str, torch.Tensor], prefix: str | None) -> tupl
 def load_checkpoint(model: nn.Module, path: Path, skip_prefix: str | None = None) -> None:
     """Load a checkpoint's timm keys strictly (``skip_prefix.*`` belongs to a learned method)."""
     family = adapt(model)
-    native = family.read_checkpoint(path) if path.is_file() else None
+    native = family.read_checkpoint(path) if path.is_file() and family.reads_natively(path) else None
     state = native if native is not None else family.convert_checkpoint(split_checkpoint(read_state_dict(path), skip_prefix)[0])
     learned_by: dict[str, list[str]] = {}  # checkpoint prefix -> the learned methods that save their layers there
     for m in METHODS.values():
@@ -130,7 +130,8 @@ def build_reference(cfg: DeployConfig, vit: nn.Module | None = None) -> MergedVi
     merged = build_merged(method, vit, cfg.r_spec(), cfg.merge.prop_attn, cfg.merge.parsed_options, cfg.export.output_spec())
     if cfg.checkpoint and method.checkpoint_prefix:
         path = Path(cfg.checkpoint)
-        learned = split_checkpoint(read_state_dict(path), method.checkpoint_prefix)[1]
+        native = merged.family.reads_natively(path)  # a family's own format (timm's .npz) holds no reducer's layers
+        learned = {} if native else split_checkpoint(read_state_dict(path), method.checkpoint_prefix)[1]
         if learned or len(merged.reduction.state_dict()):
             load_strict(
                 merged.reduction,

@@ -113,7 +113,13 @@ def trace(
     model = build_reference(cfg).eval()
     if artifact is not None:
         artifact.require_exported_from(cfg, config_name, model.family.img_size)
-    check_layers_exist(layers, model.family.depth)  # before any export
+    if not model.blocks_run:
+        raise DeploytkError(
+            f"`export.feature_layer` = {cfg.export.feature_layer}: the graph ends at the embedding, before any block; there is "
+            "no merge to draw.",
+            hint="Set a later `export.feature_layer`, or visualize a config without it.",
+        )
+    check_layers_exist(layers, model.blocks_run)  # before any export; a feature-layer output runs fewer blocks
     x = load_image(image, model.family)
     progress.step("tracking every patch through the reference")
     sources = track_sources(model, x)

@@ -290,7 +290,7 @@ def check_layers_exist(requested: list[int] | None, depth: int) -> None:
     if bad:
         raise DeploytkError(
             f"--layers {','.join(map(str, requested))}: block {bad[0]} does not exist; block indices are 0-based, from 0 to {depth - 1} "
-            f"for this {depth}-block model (a block before any reduction is fine)."
+            f"for the {depth} blocks this model's graph runs (a block before any reduction is fine)."
         )
 
 

@@ -16,18 +16,19 @@ from deploytk.progress import SILENT, Progress
 
 
 class TorchModel(LoadedModel):
-    def __init__(self, module: torch.nn.Module, img_size, device: str):
+    def __init__(self, module: torch.nn.Module, img_size, device: str, output_names: list[str] | None = None):
         self.module = module.eval()
         self.img_size = tuple(img_size)
         self.device = device
+        #: the names its outputs are compared under (an artifact's, which an older export may name otherwise)
+        self.output_names = output_names or getattr(module, "output_names", ["logits"])
 
     def run(self, batch):
         with torch.inference_mode():
             out = self.module(torch.from_numpy(batch).to(self.device))
         outputs = out if isinstance(out, tuple) else (out,)
-        names = getattr(self.module, "output_names", ["logits"])
         # a head-less model returns a view of its token tensor (the class token's row): Polygraphy needs it contiguous
-        return {name: np.ascontiguousarray(t.cpu().numpy()) for name, t in zip(names, outputs, strict=True)}
+        return {name: np.ascontiguousarray(t.cpu().numpy()) for name, t in zip(self.output_names, outputs, strict=True)}
 
     def timer(self, batch_size):
         sync = torch.cuda.synchronize if self.device == "cuda" else (lambda: None)

@@ -247,6 +247,9 @@ def inspect(report: dict, json_out: bool) -> None:
         f"total {report['gflops']:.2f} GFLOPs (unmerged {report['dense_gflops']:.2f}, {report['flop_reduction']:.2f}x fewer); "
         f"tokens out of the last block: {report['tokens_out']}"
     )
+    blocks_run = report["output"]["blocks_run"]
+    if blocks_run < len(report["tokens_per_layer"]):
+        out_console.print(f"  the graph runs blocks 0..{blocks_run - 1} (`export.feature_layer`); the rows after are not in it")
     out_console.print(_output_line(report["output"]))
     if report["capped"]:
         out_console.print(

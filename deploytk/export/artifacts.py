@@ -130,8 +130,10 @@ class Artifact:
 
     @property
     def output_kind(self) -> str:
-        """``export.output`` as exported: logits, embedding, patch_features or tokens (deploytk.merging.outputs)."""
-        return self.manifest["outputs"][0]["kind"]
+        """``export.output`` as exported: logits, embedding, patch_features or tokens (deploytk.merging.outputs); an export
+        from before output kinds has none recorded: a model without classes gave its embedding."""
+        first = self.manifest["outputs"][0]
+        return first.get("kind") or ("embedding" if self.manifest["model"].get("num_classes") == 0 else "logits")
 
     @property
     def output_name(self) -> str:

@@ -173,6 +173,10 @@ class ModelFamily:
         """(mean, std) per RGB channel of ``eval_transform`` (visualize undoes them to draw what the model saw)."""
         raise NotImplementedError
 
+    def reads_natively(self, path) -> bool:
+        """Whether ``read_checkpoint`` reads ``path`` (such a file holds the model's weights only, no learned reducer's)."""
+        return False
+
     def read_checkpoint(self, path) -> dict[str, torch.Tensor] | None:
         """A checkpoint file in a format only the family's own library reads (timm: JAX ``.npz``), as this model's state
         dict; None: a state dict file (.safetensors, .pth), read by ``deploytk.models``."""

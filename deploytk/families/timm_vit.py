@@ -259,7 +259,30 @@ class TimmViT(ModelFamily):
                 hint="A .npz must hold a Google ViT checkpoint (keys such as embedding/kernel, Transformer/encoderblock_0/...) "
                 f"of the architecture {self.architecture}.",
             ) from None
+        heads = self._npz_head_sizes(path)
+        if self.num_classes and self.num_classes not in heads:  # timm's reader then leaves the random head in place
+            found = f"a head of {heads[0]} classes" if heads else "no classifier head"
+            raise DeploytkError(
+                f"checkpoint {path} has {found}, and {self.architecture} here has {self.num_classes} classes: timm's .npz reader "
+                "would keep the randomly initialised head.",
+                hint="Set `model_kwargs: {num_classes: "
+                + (f"{heads[0]}" if heads else "0")
+                + "}`"
+                + ("" if heads else " (the backbone's pooled features)")
+                + ".",
+            )
         return copy.state_dict()
+
+    @staticmethod
+    def _npz_head_sizes(path) -> list[int]:
+        """The class counts of the classifier heads (``.../head/bias``) in a JAX .npz."""
+        import numpy as np
+
+        with np.load(path) as w:
+            return [int(w[k].shape[-1]) for k in w.files if k.endswith("head/bias")]
+
+    def reads_natively(self, path) -> bool:
+        return path.suffix == ".npz"
 
     def plain(self):
         return self.model

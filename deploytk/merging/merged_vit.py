@@ -72,11 +72,13 @@ class MergedViT(nn.Module):
         self.output_kind = output.resolved(family.num_classes)
         #: blocks the output needs (a feature layer stops early)
         self.blocks_run = self.output.blocks_run(family.depth)
-        if self.output_kind == "tokens" and self.output_tokens < 1:
+        patches_left = reduction.tokens_after(self.blocks_run) - self.protected
+        if self.output_kind in ("patch_features", "tokens") and patches_left < 1:
+            what = "would be empty" if self.output_kind == "tokens" else "would give every patch a feature from before the last block"
             raise DeploytkError(
-                f"`export.output: tokens` would be empty: method {reduction.name} leaves no token but the prefix tokens after "
-                f"block {self.blocks_run - 1}, and they are dropped.",
-                hint="Set `export.keep_prefix_tokens: true`, an earlier `export.feature_layer`, or a milder schedule.",
+                f"`export.output: {self.output_kind}` {what}: method {reduction.name} leaves no token but the prefix tokens "
+                f"after block {self.blocks_run - 1}.",
+                hint=reduction.no_patches_left_hint() or "Set an earlier `export.feature_layer` or a milder schedule.",
             )
         #: the matching ops the current block called, while patches are followed (None otherwise)
         self._block_calls: list | None = None
@@ -96,7 +98,7 @@ class MergedViT(nn.Module):
     @property
     def output_tokens(self) -> int:
         """K of ``export.output: tokens``: the tokens after the last block run, the prefix tokens dropped unless kept."""
-        k = self.schedule.tokens_out_of(self.blocks_run) if self.blocks_run else self.num_tokens
+        k = self.reduction.tokens_after(self.blocks_run)
         return k if self.output.keep_prefix_tokens else k - self.protected
 
     @classmethod

@@ -56,7 +56,7 @@ class OutputSpec:
         if not -(depth + 1) <= layer <= depth:
             raise DeploytkError(
                 f"`export.feature_layer` = {layer} is outside this {depth}-block model's layers: allowed 0..{depth} "
-                f"(0: the embedding, i: block i's output) or -{depth + 1}..-1 (from the end; -1: the last block)."
+                f"(0: the embedding, i: the output of the first i blocks) or -{depth + 1}..-1 (from the end; -1: the last block's output)."
             )
         return layer if layer >= 0 else depth + 1 + layer
 

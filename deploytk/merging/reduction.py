@@ -104,6 +104,14 @@ class Reduction(nn.Module):
     def wants_cls_attention(self, i: int) -> bool:
         return False
 
+    def tokens_after(self, blocks: int) -> int:
+        """Tokens leaving the first ``blocks`` blocks (0: the embedding's), which a feature-layer output gives."""
+        return self.schedule.tokens_out_of(blocks) if blocks else self.num_tokens
+
+    def no_patches_left_hint(self) -> str | None:
+        """What to change when the method leaves only the prefix tokens and the output needs patch tokens."""
+        return None
+
     def flop_blocks(self) -> dict[str, int]:
         """Submodules of this method with FLOPs of their own -> the block they are counted in."""
         return {}

@@ -40,7 +40,7 @@ class TokenSchedule:
         return self.tokens[-1] - self.effective_r[-1]
 
     def tokens_out_of(self, blocks: int) -> int:
-        """Tokens leaving the first ``blocks`` blocks (>= 1)."""
+        """Tokens leaving the first ``blocks`` blocks (>= 1), as the schedule books the reductions."""
         return self.tokens[blocks - 1] - self.effective_r[blocks - 1]
 
     @property

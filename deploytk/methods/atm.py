@@ -233,6 +233,11 @@ class ATM(Reduction):
             sched = TokenSchedule(sched.requested_r[:-1] + [eff[-1]], eff, sched.tokens, sched.protected)
         self.schedule = sched
 
+    def no_patches_left_hint(self):
+        if self.cls_only:
+            return "Set `merge.options.cls_only_last: false`: ATM's last block keeps only the class token, for class-token pooling."
+        return None
+
     def reduce(self, model, i, x, size, metric, cls_attn):
         if self.cls_only and i == self.depth - 1:
             if self.dynamic_r is not None:

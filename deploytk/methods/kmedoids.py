@@ -49,6 +49,10 @@ class KMedoids(ClusterReduction):
         received = probs.sum(dim=1).sum(dim=1)  # per token: over heads, then queries (the study's order)
         return self._cluster(model, x, size, received, clusters)
 
+    def tokens_after(self, blocks):
+        """The schedule books a clustering at the block it comes before; it runs at the end of the block before that."""
+        return self.schedule.tokens_out_of(blocks + 1) if 0 < blocks < self.depth else super().tokens_after(blocks)
+
     def _cluster(self, model, x, size, received, clusters: int):
         p = self.protected
         patches = x[:, p:]

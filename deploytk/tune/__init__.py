@@ -76,9 +76,12 @@ def tune(
             hint=f"Pass --iterations {MIN_SAMPLES[percentile]} or more (each candidate then takes longer to measure).",
         )
     cfg = config_from_dict(config_with(load_config(config)), str(config))  # a tuned config is tuned afresh
-    if data is not None and cfg.export.output not in (None, "logits"):
+    kind = cfg.export.output
+    if data is not None and kind != "logits":  # the model's own output (null) may be an embedding: its head decides
+        kind = cfg.export.output_spec().resolved(create_model(cfg.model_copy(update={"checkpoint": None, "pretrained": False})).num_classes)
+    if data is not None and kind != "logits":
         raise DeploytkError(
-            f"--data ranks the candidates by top-1, and {config} exports `export.output: {cfg.export.output}`, which has no classes.",
+            f"--data ranks the candidates by top-1, and {config} exports `export.output: {kind}`, which has no classes.",
             hint="Omit --data: tune then picks the least aggressive schedule within the latency budget.",
         )
     backend = get_backend(backend) if isinstance(backend, str) else backend

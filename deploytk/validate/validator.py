@@ -90,6 +90,8 @@ class ValidationReport:
     top1_flips_within_tolerance: int = 0
     #: export.output: logits (top-1 applies), embedding, patch_features or tokens (features: cosine per patch / token)
     output_kind: str = "logits"
+    #: the graph's other outputs (token_sizes, patch_to_token): the images where they differ from the reference's
+    other_outputs: dict = field(default_factory=dict)
     #: how the runtime was set up (threads, hints, providers)
     runtime_settings: dict = field(default_factory=dict)
     #: export.precision of the graph (the reference is always fp32)
@@ -191,7 +193,8 @@ def validate(
     if reference is None:
         progress.step("rebuilding the PyTorch reference from the manifest")
         reference = build_reference(artifact.config)
-    runners = [ModelRunner(TorchModel(reference, img, "cpu"), img, "pytorch-reference"), ModelRunner(loaded, img, backend.name)]
+    reference_model = TorchModel(reference, img, "cpu", artifact.output_names)
+    runners = [ModelRunner(reference_model, img, "pytorch-reference"), ModelRunner(loaded, img, backend.name)]
     progress.step(f"running {sum(len(b) for b in batches)} images through PyTorch and {backend.name}")
     G_LOGGER.module_severity = G_LOGGER.ERROR
     with contextlib.redirect_stdout(sys.stderr):  # Polygraphy logs to stdout; keep it for --json
@@ -227,6 +230,16 @@ def validate(
     }
     if classes:  # an embedding has no classes: top-1 does not apply
         checks[TOP1_CHECK] = checked["top1_agreement_counted"] >= tol.min_top1_agreement
+    explained = {f.image for f in flips if f.explained}
+    other_outputs = {}
+    for other in artifact.output_names[1:]:  # token_sizes, patch_to_token: exact, except where a proven near-tie moved tokens
+        ref_rows, out_rows = (np.concatenate([it[other] for it in iters]) for iters in (ref_iters, out_iters))
+        differ = [i for i in range(len(ref_rows)) if not np.array_equal(ref_rows[i], out_rows[i])]
+        other_outputs[other] = {"images_differing": differ, "all_at_explained_branch_flips": set(differ) <= explained}
+    if other_outputs:
+        checks["other outputs equal the reference's exactly (but at explained branch flips)"] = all(
+            o["all_at_explained_branch_flips"] for o in other_outputs.values()
+        )
     if flips:
         checks["near-tie branch flips explained and <= max_branch_flips"] = (
             all(f.explained for f in flips) and len(flips) <= tol.max_branch_flips * metrics["num_images"]
@@ -242,6 +255,7 @@ def validate(
         precision=artifact.precision,
         emulation=emulation or loaded.emulation,
         output_kind=artifact.output_kind,
+        other_outputs=other_outputs,
         runtime_settings=loaded.settings(),
         **metrics,
     )

@@ -239,7 +239,10 @@ def tiny_yaml(tmp_path_factory):
 @pytest.mark.parametrize(
     "extra,match",
     [
-        (["--layers", "1,4"], "--layers 1,4: block 4 does not exist; block indices are 0-based, from 0 to 3 for this 4-block model"),
+        (
+            ["--layers", "1,4"],
+            "--layers 1,4: block 4 does not exist; block indices are 0-based, from 0 to 3 for the 4 blocks this model's graph runs",
+        ),
         (["--layers", "-1"], "block -1 does not exist; block indices are 0-based, from 0 to 3"),
         (
             ["--layers", "three"],
@@ -294,3 +297,13 @@ def test_a_failing_write_leaves_nothing(monkeypatch, digit_png, tmp_path, tiny_y
 
     monkeypatch.setattr(Figure, "savefig", broken_savefig)
     fails(tiny_yaml / "tome.yaml", "--image", digit_png, "--output", tmp_path / "m.png", match="disk full (simulated)", out_dir=tmp_path)
+
+
+def test_a_feature_layer_output_is_drawn_up_to_its_last_block(noise_png):
+    base = {"model": "deit_tiny_patch16_224", "model_kwargs": {"depth": 6}, "merge": {"method": "tome", "r": 2}}
+    cfg = config_from_dict(base | {"export": {"img_size": 32, "output": "tokens", "feature_layer": 3}})
+    assert trace(cfg, noise_png).sources.depth == 3  # the graph runs blocks 0..2
+    with pytest.raises(DeploytkError, match=r"block 4 does not exist; .* from 0 to 2 for the 3 blocks this model's graph runs"):
+        trace(cfg, noise_png, layers=[1, 4])
+    with pytest.raises(DeploytkError, match=r"`export.feature_layer` = 0: the graph ends at the embedding, before any block"):
+        trace(config_from_dict(base | {"export": {"img_size": 32, "output": "tokens", "feature_layer": 0}}), noise_png)

@@ -11,6 +11,8 @@
 - what cannot be given is refused with the reason.
 """
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import timm
@@ -24,7 +26,7 @@ from deploytk.errors import DeploytkError
 from deploytk.families import adapt
 from deploytk.merging.merged_vit import build_merged
 from deploytk.merging.outputs import OutputSpec
-from deploytk.methods import get_method
+from deploytk.methods import METHODS, get_method
 
 IMG = 64
 
@@ -160,6 +162,18 @@ def test_a_dropped_patch_keeps_its_hidden_state_from_the_block_that_dropped_it(m
         assert checked > 0
 
 
+def test_k_is_the_token_count_the_graph_outputs_for_every_method_and_feature_layer():
+    vit, x = deit(), images(1)
+    for name, method in METHODS.items():
+        options = {} if method.uses_r else {"keep_rate": 0.5}
+        if name == "atm":
+            options = {"cls_only_last": False}
+        for layer in (1, 3, 4, 6, 9, 12):  # K-Medoids clusters at the end of blocks 2, 5 and 8
+            spec = OutputSpec("tokens", feature_layer=layer, keep_prefix_tokens=True)
+            model = merged(vit, name, 2 if method.uses_r else 0, spec, **options)
+            assert run(model, x)[0].shape[1] == model.output_tokens, (name, layer)
+
+
 # ---- refusals ------------------------------------------------------------------------------------------------------
 
 
@@ -174,6 +188,9 @@ def test_what_cannot_be_output_is_refused_with_the_reason():
     atm = get_method("atm")
     with pytest.raises(DeploytkError, match=r"`export.output: tokens` would be empty: method atm leaves no token but the prefix"):
         build_merged(atm, deit(), 0, True, atm.parse_options({}), OutputSpec("tokens"))
+    with pytest.raises(DeploytkError, match=r"would give every patch a feature from before the last block") as err:
+        build_merged(atm, deit(), 0, True, atm.parse_options({}), OutputSpec("patch_features"))
+    assert "cls_only_last: false" in err.value.hint
 
 
 def test_output_settings_without_their_output_are_config_errors():
@@ -185,3 +202,12 @@ def test_output_settings_without_their_output_are_config_errors():
         config_from_dict({"export": {"feature_layer": -2}})
     with pytest.raises(DeploytkError, match=r"`export.output` = 'features'.*allowed: logits, embedding, patch_features, tokens"):
         config_from_dict({"export": {"output": "features"}})
+
+
+def test_an_export_from_before_output_kinds_reads_as_its_model_gave_it():
+    from deploytk.export.artifacts import Artifact
+
+    for num_classes, kind in ((0, "embedding"), (10, "logits")):
+        old = {"model": {"num_classes": num_classes}, "outputs": [{"name": "logits", "dtype": "float32", "shape": ["batch", 8]}]}
+        artifact = Artifact(Path("old"), old)
+        assert artifact.output_kind == kind and artifact.output_names == ["logits"]
