@@ -23,6 +23,7 @@ from deploytk.families.attention import attend, attention_probs
 from deploytk.merging.outputs import OutputSpec, PatchSources
 from deploytk.merging.reduction import MethodOptions, Reduction
 from deploytk.merging.schedule import TokenSchedule, parse_r
+from deploytk.ops import OPS
 
 
 def aggregate_size(size: torch.Tensor, dest: torch.Tensor, tokens_out: int) -> torch.Tensor:
@@ -82,6 +83,8 @@ class MergedViT(nn.Module):
             )
         #: the matching ops the current block called, while patches are followed (None otherwise)
         self._block_calls: list | None = None
+        #: the method's ops can drop tokens (unmerge then keeps dropped patches' features; merging ops never need to)
+        self._drops_tokens = any(OPS[name].drops_tokens for name in reduction.ops if name in OPS) or reduction.truncates
 
     @property
     def output_names(self) -> list[str]:
@@ -121,7 +124,9 @@ class MergedViT(nn.Module):
         family, out = self.family, self.output
         x = family.embed(x.to(self.compute_dtype))
         size = torch.ones(x.shape[0], x.shape[1], 1, dtype=torch.float32, device=x.device)  # always fp32
-        sources = PatchSources(x, self.protected, family.num_patches, out.kind == "patch_features") if out.follows_patches else None
+        keep_dropped = out.kind == "patch_features" and self._drops_tokens
+        unmerging = out.kind == "patch_features"
+        sources = PatchSources(x, self.protected, family.num_patches, keep_dropped, unmerging) if out.follows_patches else None
         for i in range(self.blocks_run):
             self._block_calls = [] if sources is not None else None
             x_in = x

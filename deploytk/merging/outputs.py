@@ -65,14 +65,17 @@ class PatchSources:
     """Where every patch of the input is, token by token, while a reduced model runs (traced into the graph).
 
     ``owner`` [B, P]: the token that holds each patch now; ``alive`` [B, P]: False once the patch was dropped;
-    ``last`` [B, P, C]: a dropped patch's hidden state entering the block that dropped it (None: not kept).
+    ``last`` [B, P, C]: a dropped patch's hidden state entering the block that dropped it (None: not kept, for methods
+    whose ops never drop a token: ToMe, MCTF, DPC-KNN... unmerge is then one Gather).
     Each block's matching/selection op gives ``dest`` (each input token's output slot, as the op's spec says:
     slots after the protected prefix for ops that see patches only; the slot past the last is the drop bucket).
     """
 
-    def __init__(self, x: torch.Tensor, protected: int, patches: int, keep_features: bool):
+    def __init__(self, x: torch.Tensor, protected: int, patches: int, keep_features: bool, unmerging: bool = False):
         b = x.shape[0]
         self.protected = protected
+        #: the output is unmerged features (a patch dropped without ``last`` kept would get a wrong one)
+        self.unmerging = unmerging
         self.owner = (torch.arange(patches, device=x.device) + protected).expand(b, patches)
         self.alive = torch.ones(b, patches, dtype=torch.bool, device=x.device)
         self.last = torch.zeros(b, patches, x.shape[-1], dtype=x.dtype, device=x.device) if keep_features else None
@@ -91,6 +94,8 @@ class PatchSources:
             stays = before | (slot < tokens_out - offset)
             moved = torch.where(before, self.owner, offset + slot)
         elif tokens_out < n_in:  # no choice, fewer tokens: the leading ones stay (ATM's last block keeps the class token)
+            if self.unmerging and self.last is None:
+                raise DeploytkError(f"internal: block {i} keeps its leading tokens only, and the method does not say it truncates.")
             stays, moved = self.owner < tokens_out, self.owner
         else:
             return

@@ -56,6 +56,8 @@ class Reduction(nn.Module):
     checkpoint_prefix: ClassVar[str | None] = None
     #: for a method whose learned layers are optional: the option that turns them on (``learned`` stays False)
     learned_when: ClassVar[str | None] = None
+    #: a block may keep only its leading tokens, without a matching op (ATM's class-token-only last block)
+    truncates: ClassVar[bool] = False
     #: the method's output tokens are learned mixtures of all patches: no patch -> token map (patch_features refused)
     soft_assignment: ClassVar[bool] = False
     #: the method leaves tokens of size 0 that only proportional attention ignores (``merge.prop_attn`` must be true)

@@ -177,6 +177,7 @@ class ATM(Reduction):
     """A static (calibrated) schedule: ToMe layers, then size-distinctive layers, CLS-only last."""
 
     name = "atm"
+    truncates = True  # with cls_only_last: the last block keeps the class token alone
     kind = "merging"
     summary = "ATM: layer-wise similarity thresholds and size-distinctive matching; r calibrated with `deploytk calibrate`"
     Options = ATMOptions

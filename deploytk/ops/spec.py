@@ -111,6 +111,9 @@ class OpSpec:
     dest_covers_patches_only: bool = False
     #: matching ops that drop tokens into one slot: that slot, from the op's torch arguments (TopKSelect: protected + keep)
     rest_slot: Callable[[tuple], int] | None = None
+    #: matching ops whose ``dest`` may send a token to the drop bucket (the slot past the last output token): an unmerged
+    #: output (``patch_features``) then keeps the dropped patches' last features, which the others need not carry
+    drops_tokens: bool = False
 
     @property
     def torch_name(self) -> str:

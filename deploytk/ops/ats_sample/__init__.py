@@ -67,6 +67,7 @@ SPEC = OpSpec(
     kernel="deploytk.ops.ats_sample.kernel",
     selftest=SelftestPlan("sampling", _selftest_calls, ties_when_perturbed(0, ats_near_tie, unbatched=(2,))),
     matching=True,
+    drops_tokens=True,
     dest_covers_patches_only=True,
     near_tie=ats_near_tie,
 )

@@ -63,5 +63,6 @@ SPEC = OpSpec(
     kernel="deploytk.ops.kmedoids_select.kernel",
     selftest=SelftestPlan("clustering", _selftest_calls, ties_when_perturbed(0)),
     matching=True,
+    drops_tokens=True,
     dest_covers_patches_only=True,
 )

@@ -50,5 +50,6 @@ SPEC = OpSpec(
     kernel="deploytk.ops.topk_select.kernel",
     selftest=SelftestPlan("selection", _selftest_calls, ties_when_perturbed(None)),  # no arithmetic: exact
     matching=True,
+    drops_tokens=True,
     rest_slot=lambda args: int(args[1]) + int(args[2]),  # topk_select(scores, keep, protected): the slot after the kept
 )
