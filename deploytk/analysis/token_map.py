@@ -39,7 +39,7 @@ from deploytk.families import ModelFamily
 from deploytk.files import FileOutput
 from deploytk.merging.learned import LearnedMerge
 from deploytk.merging.merged_vit import MergedViT
-from deploytk.ops import OPS
+from deploytk.ops import spec_for
 
 #: --colors: each token in the mean colour of its patches (ToMe's pictures), or one of a fixed palette
 COLORS = ("mean", "random")
@@ -222,7 +222,7 @@ def _record(i: int, n_in: int, n_out: int, calls: list, mixed: list, protected: 
     if calls:
         op, args, dest = calls[0]
         dest = dest[0].detach().cpu().numpy()
-        spec = next(s for s in OPS.values() if s.torch_name == op)  # what the op's dest numbers is declared in its spec
+        spec = spec_for(op)  # what the op's dest numbers is declared in its spec
         offset = protected if spec.dest_covers_patches_only else 0
         rest = spec.rest_slot(args) if spec.rest_slot else None
         return replace(rec, kind="match", op=op, dest=dest, offset=offset, rest_slot=rest)

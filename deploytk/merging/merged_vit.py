@@ -20,7 +20,7 @@ import deploytk.ops  # noqa: F401  (registers torch.ops.deploytk.*)
 from deploytk.errors import DeploytkError
 from deploytk.families import BlockParts, ModelFamily, adapt
 from deploytk.families.attention import attend, attention_probs
-from deploytk.merging.outputs import OutputSpec, PatchSources
+from deploytk.merging.outputs import DENSE_KINDS, OutputSpec, PatchSources
 from deploytk.merging.reduction import MethodOptions, Reduction
 from deploytk.merging.schedule import TokenSchedule, parse_r
 from deploytk.ops import OPS
@@ -74,7 +74,7 @@ class MergedViT(nn.Module):
         #: blocks the output needs (a feature layer stops early)
         self.blocks_run = self.output.blocks_run(family.depth)
         patches_left = reduction.tokens_after(self.blocks_run) - self.protected
-        if self.output_kind in ("patch_features", "tokens") and patches_left < 1:
+        if self.output_kind in DENSE_KINDS and patches_left < 1:
             what = "would be empty" if self.output_kind == "tokens" else "would give every patch a feature from before the last block"
             raise DeploytkError(
                 f"`export.output: {self.output_kind}` {what}: method {reduction.name} leaves no token but the prefix tokens "

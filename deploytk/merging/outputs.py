@@ -5,7 +5,8 @@
 - ``patch_features``: one feature per patch of the full grid ``[B, P, C]`` for dense heads (segmentation, depth).
   A merged patch takes the feature of the token that holds it (ToMe for Stable Diffusion's *unmerge*, here a
   plain Gather through the composed map); a dropped patch keeps the hidden state its token had entering the
-  block that dropped it (the last feature the model computed for it), put through the same final norm. A patch
+  block that dropped it, put through the same final norm (K-Medoids drops at the end of a block: its non-medoids
+  keep their state from before that block). A patch
   fused into EViT's extra token follows that token like a merged one: the model carries its information there;
 - ``tokens``: the reduced token set ``[B, K, C]`` (K static), each token's size ``[B, K]`` (a size-0 token is an
   empty slot ATS or K-Medoids left: mask it) and, optionally, the patch -> token map ``[B, P]`` (-1: dropped).
@@ -22,10 +23,8 @@ from dataclasses import dataclass
 import torch
 
 from deploytk.errors import DeploytkError
-from deploytk.ops import OPS
+from deploytk.ops import spec_for
 
-#: ``export.output`` values
-OUTPUT_KINDS = ("logits", "embedding", "patch_features", "tokens")
 #: the kinds that end in token features rather than a pooled vector
 DENSE_KINDS = ("patch_features", "tokens")
 
@@ -87,7 +86,7 @@ class PatchSources:
         n_in = x_in.shape[1]
         if calls:
             op, args, dest = calls[0]
-            spec = next(s for s in OPS.values() if s.torch_name == op)
+            spec = spec_for(op)
             offset = self.protected if spec.dest_covers_patches_only else 0
             before = self.owner < offset
             slot = dest.long().gather(1, (self.owner - offset).clamp(min=0))

@@ -26,6 +26,13 @@ def _discover() -> dict[str, OpSpec]:
 
 #: ONNX op type -> spec, for every deploytk op
 OPS: dict[str, OpSpec] = _discover()
+
+
+def spec_for(torch_name: str) -> OpSpec:
+    """The spec of ``torch.ops.deploytk.<torch_name>`` (what ``MergedViT.match`` and its hooks are called with)."""
+    return next(spec for spec in OPS.values() if spec.torch_name == torch_name)
+
+
 #: the ops that make a discrete choice (``dest``) which the validator diagnoses at near-ties
 MATCHING_OPS = frozenset(name for name, spec in OPS.items() if spec.matching)
 
@@ -45,4 +52,4 @@ def _register_cuda_kernel(spec: OpSpec) -> None:
 for _spec in OPS.values():
     _register_cuda_kernel(_spec)
 
-__all__ = ["OPS", "MATCHING_OPS", "OpSpec", "DOMAIN", "DOMAIN_VERSION", "PLUGIN_ATTRIBUTES", "custom_translation_table"]
+__all__ = ["OPS", "spec_for", "MATCHING_OPS", "OpSpec", "DOMAIN", "DOMAIN_VERSION", "PLUGIN_ATTRIBUTES", "custom_translation_table"]

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from deploytk.export.probes import Probe
-from deploytk.ops import OPS
+from deploytk.ops import spec_for
 from deploytk.ops.ties import PERTURBATION_TRIALS, ROUNDING_PERTURBATION
 
 
@@ -113,7 +113,7 @@ def _diagnose(image, j, probes, ref_calls, backend_output, values, replay_row, a
         backend_dest = values[probe.dest][j]
         if np.array_equal(backend_dest, ref_dest[j].numpy()):
             continue
-        spec = _spec(op_name)
+        spec = spec_for(op_name)
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         # one image of each batched input; an input without a batch dimension (ATSSample's steps) whole
         batched = [layout.batched for layout in spec.inputs]
@@ -140,10 +140,6 @@ def _input_rel_diff(ref: np.ndarray, out: np.ndarray, layout) -> float:
     """How far the backend's op input is from the reference's; a distance is compared squared (``Tensor.distance``)."""
     ref, out = ref.astype(np.float64), out.astype(np.float64)
     return _rel_diff(ref**2, out**2) if layout.distance else _rel_diff(ref, out)
-
-
-def _spec(op_name: str):
-    return next(spec for spec in OPS.values() if spec.torch_name == op_name)
 
 
 def _reproduces(spec, args, rows, backend_inputs, backend_dest) -> bool:
