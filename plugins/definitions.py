@@ -44,6 +44,8 @@ PLUGINS: dict[str, PluginDefinition] = {
         tuple(_match([C, None, 1], r=16, tau_sim=1.0, tau_info=20.0, tau_size=40.0, bidirection=bidirection) for bidirection in (1, 0))
     ),
     "SizeSplitMatch": PluginDefinition((_match([HEAD_DIM, 1], r=16),)),
+    # PiToMe's first (all tokens matched) and last (high-energy tokens only) kind of block, at DeiT's margin ends
+    "PiToMeMatch": PluginDefinition(tuple(_match([HEAD_DIM], r=16, margin=m, alpha=1.0, protect=p) for p, m in ((0, 0.75), (1, 0.0625)))),
     "TopKSelect": PluginDefinition((_match([None], keep=137),)),
     "CrucialMatch": PluginDefinition((_match([C, None], keep=137),)),
     # the clustering ops take the 196 patches' pairwise distances (and K-Medoids' token weights)

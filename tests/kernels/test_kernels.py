@@ -100,6 +100,8 @@ def test_selftest_fails_when_a_kernel_is_wrong(monkeypatch):
         "KMedoidsSelect": lambda d, w, k, it: rotate(ops.kmedoids_select(d.float(), w.float(), k, it)),
         "DPCKNNAssign": lambda d, k, nb: rotate(ops.dpcknn_assign(d.float(), k, nb)),
         "ATSSample": lambda s, z, st: rotate(ops.ats_sample(s.float(), z, st)),
+        "PiToMeMatch": lambda m, r, p, mg, a, pr: rotate(ops.pitome_match(m.float(), r, p, mg, a, pr)),
+        "VisionZipSelect": lambda s, m, d, c, p: rotate(ops.visionzip_select(s.float(), m.float(), d, c, p)),
     }
     assert set(wrong) == set(OPS)
     for name, fn in wrong.items():

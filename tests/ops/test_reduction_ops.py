@@ -181,6 +181,41 @@ def test_mctf_match_hand_case_bidirectional():
     assert no_bidir.tolist() == [[0, 1, 1, 2, 3, 3]]
 
 
+@pytest.mark.parametrize(
+    "b,n,p,r,protect,margin",
+    [(2, 197, 1, 19, False, 0.75), (2, 197, 1, 19, True, 0.0625), (3, 65, 0, 10, False, 0.5), (2, 21, 5, 8, True, 0.9)],
+)
+def test_pitome_match_body_equals_torch(b, n, p, r, protect, margin):
+    g = torch.Generator().manual_seed(n + r)
+    metric = torch.randn(b, n, 12, generator=g)
+    want = ops.pitome_match(metric, r, p, margin, 1.0, protect)
+    got = run_node(
+        "PiToMeMatch",
+        {"metric": metric.numpy()},
+        TensorProto.INT64,
+        2,
+        r=r,
+        protected=p,
+        margin=margin,
+        alpha=1.0,
+        protect=int(protect),
+        tokens=n,
+    )
+    np.testing.assert_array_equal(got, want.numpy())
+    for row in want:  # every output slot used; the prefix first and alone
+        assert sorted(set(row.tolist())) == list(range(n - r)) and row[:p].tolist() == list(range(p))
+
+
+def test_pitome_match_hand_case():
+    # cls + 4 tokens: t1 = t2 (the highest energy, tied: t1 first), t3 close to them, t4 alone (lowest energy).
+    # Energy order t1, t2, t3, t4; margin 0.5: energies (0.5 + 0.5 + 0.3 + elu(-0.5)) / 4 for t1 and t2, ...
+    metric = torch.tensor([[[0.0, 1.0, 1.0], [1.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.8, 0.6, 0.0], [0.0, 0.0, 1.0]]])
+    # all matched: A = [t1, t3], B = [t2, t4]; t1 -> t2 (cos 1) beats t3 -> t2 (0.8): [cls, t3, t2 + t1, t4]
+    assert ops.pitome_match(metric, 1, 1, 0.5, 1.0, False).tolist() == [[0, 2, 2, 1, 3]]
+    # protected: only the 2r = 2 highest-energy tokens match (t1 into t2); t3, t4 kept in energy order: [cls, t3, t4, t2 + t1]
+    assert ops.pitome_match(metric, 1, 1, 0.5, 1.0, True).tolist() == [[0, 3, 3, 1, 2]]
+
+
 def test_ops_reject_bad_input_before_compute():
     m = torch.randn(2, 11, 4)
     with pytest.raises(DeploytkError, match=r"r=6 is not allowed for 11 tokens with 1 protected; r must be in \[1, 5\]"):
@@ -193,6 +228,8 @@ def test_ops_reject_bad_input_before_compute():
         ops.topk_select(torch.rand(2, 11), 10, 1)
     with pytest.raises(DeploytkError, match="expects scores \\[B, N\\] and metric"):
         ops.crucial_match(torch.randn(2, 10, 4), torch.rand(2, 11), 3, 1)
+    with pytest.raises(DeploytkError, match=r"pitome_match: r=6 is not allowed for 11 tokens with 1 protected; r must be in \[1, 5\]"):
+        ops.pitome_match(m, 6, 1, 0.5, 1.0, True)
     with pytest.raises(DeploytkError, match="disagree on batch/token count"):
         ops.token_aggregate(m, torch.ones(2, 11, 1), torch.zeros(3, 11, dtype=torch.long), 5, True)
     with pytest.raises(DeploytkError, match=r"dest values must be in \[0, 5\]"):
