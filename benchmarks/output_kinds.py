@@ -7,7 +7,7 @@ runtimes at batch 1 and at batch 8 (the dense model with the same output alterna
 process; medians). Every step is a `deploytk` child process, as a user runs it. The exports go to a temporary folder.
 Writes benchmarks/results/output_kinds_<cpu>.json and a PNG of the speedups beside it.
 
-    python benchmarks/output_kinds.py                       # ~60 min on a 2-core CPU (two ViT-L/14-336 towers)
+    python benchmarks/output_kinds.py                       # ~2 h on a 2-core CPU (four ViT-L/14-336 towers)
     python benchmarks/output_kinds.py --smoke --output /tmp/x.json   # DeiT-Tiny, 2 blocks: does it run
     python benchmarks/output_kinds.py --markdown benchmarks/results/output_kinds_amd_epyc.json   # the README table
 """
@@ -36,6 +36,10 @@ CONFIGS = (
     "llava15_clip_l336_tome_64_tokens",
     "dinov2_small_reg_tome_r8_patch_features",
     "dinov2_base_reg_tome_r8_patch_features",
+    "llava15_clip_l336_visionzip_64_tokens",
+    "llava15_clip_l336_visionzip_192_tokens",
+    "dinov2_small_reg_pitome_k96_patch_features",
+    "dinov2_base_reg_pitome_k96_patch_features",
 )
 #: the CPU runtimes every export is validated and profiled on
 RUNTIMES = ("ort", "openvino")

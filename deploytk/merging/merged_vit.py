@@ -159,13 +159,14 @@ class MergedViT(nn.Module):
 
     def block_with_attention_map(self, blk: BlockParts, x, size):
         """One block without reduction, its attention run in plain ops so that the map is kept:
-        (x, probs [B, H, N, N] fp32), for methods that score tokens by the attention they received."""
+        (x, probs [B, H, N, N] fp32, the keys averaged over heads [B, N, D]), for methods that score tokens by the
+        attention they received at the end of a block (K-Medoids, VisionZip)."""
         h = blk.attn_input(x)
         gate = blk.gate(h)
         q, k, v = blk.qkv(h)
         probs = attention_probs(blk.scale, q, k, size if self.prop_attn else None)
         x = blk.attn_residual(x, blk.attn_output(attend(probs, v), gate))
-        return blk.mlp_residual(x), probs
+        return blk.mlp_residual(x), probs, k.mean(1)
 
     def match(self, op_name: str, *args):
         """A matching/selection op (-> ``dest``), routed through ``dest_hook`` when one is set.

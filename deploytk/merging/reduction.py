@@ -65,6 +65,10 @@ class Reduction(nn.Module):
     #: the schedule knob `deploytk tune` searches: ``r`` (per-layer merges), ``keep_rate`` or ``quantile`` (ATM's
     #: calibration statistic); None where the token counts are trained into the method's layers
     tune_knob: ClassVar[str | None] = None
+    #: why ``tune`` cannot search a method without a knob, and what to do instead
+    untunable_reason: ClassVar[str] = (
+        "its token counts are trained into its layers (a different count needs different weights); fine-tune it at another keep rate"
+    )
     #: the method's r is data-dependent: ``calibration_pass(model, images)`` returns the r each block takes on a batch,
     #: and `deploytk calibrate` fixes a quantile of it per block; ``calibration_statistic`` says so (``{q}``: the quantile)
     calibrated: ClassVar[bool] = False

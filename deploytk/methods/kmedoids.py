@@ -45,7 +45,7 @@ class KMedoids(ClusterReduction):
         clusters = self.clusters[i + 1] if i + 1 < self.depth else None
         if clusters is None:
             return model.standard_block(i, blk, x, size)
-        x, probs = model.block_with_attention_map(blk, x, size)
+        x, probs, _ = model.block_with_attention_map(blk, x, size)
         received = probs.sum(dim=1).sum(dim=1)  # per token: over heads, then queries (the study's order)
         return self._cluster(model, x, size, received, clusters)
 

@@ -164,11 +164,7 @@ def candidates_for(
     knob = method.tune_knob
     if knob is None:
         tunable = ", ".join(n for n, m in METHODS.items() if m.tune_knob)
-        raise DeploytkError(
-            f"method {method.name} cannot be tuned: its token counts are trained into its layers (a different count needs "
-            f"different weights).",
-            hint=f"Fine-tune it at another keep rate, or tune one of: {tunable}.",
-        )
+        raise DeploytkError(f"method {method.name} cannot be tuned: {method.untunable_reason}.", hint=f"Or tune one of: {tunable}.")
     if inflections and knob != "r":
         raise DeploytkError(f"--inflections is for the r-scheduled methods (tome, mctf); {method.name} is tuned by its {knob}.")
     progress.step("planning the candidate schedules")

@@ -29,6 +29,7 @@ FAST = {
     "deit_tiny_ats_k50",
     "deit_tiny_dynamicvit_k50",
     "deit_tiny_sinkhorn_k50",
+    "deit_tiny_pitome_k90",
 }
 runner = CliRunner()
 

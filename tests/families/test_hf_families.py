@@ -136,12 +136,17 @@ def test_hf_and_timm_with_the_same_weights_reduce_alike(method, r):
 METHOD_CASES = [
     ("ViTForImageClassification", "evit", {}),
     ("SiglipVisionModel", "tome", {}),
+    ("CLIPVisionModel", "pitome", {}),
 ]
 SLOW_METHOD_CASES = [
     (name, method, {})
     for name in ("ViTForImageClassification", "DeiTForImageClassificationWithTeacher", "Dinov2WithRegistersModel", "CLIPVisionModel")
-    for method in ("tome", "mctf", "evit", "topk", "kmedoids", "ats")
-] + [("SiglipVisionModel", method, {}) for method in ("tome", "mctf", "kmedoids")]
+    for method in ("tome", "mctf", "evit", "topk", "kmedoids", "ats", "pitome")
+] + [("SiglipVisionModel", method, {}) for method in ("tome", "mctf", "kmedoids", "pitome")]
+SLOW_METHOD_CASES += [
+    (name, "visionzip", {"dominant": 16, "contextual": 8})
+    for name in ("ViTForImageClassification", "DeiTForImageClassificationWithTeacher", "Dinov2WithRegistersModel", "CLIPVisionModel")
+]
 
 
 def export_and_validate(saved, tmp_path, name, method, options):

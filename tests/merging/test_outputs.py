@@ -4,8 +4,8 @@
   forward_features and blocks, transformers' last_hidden_state and hidden_states) for DeiT, DINOv2 with registers
   and CLIP;
 - unmerged features equal, patch by patch, the final token that holds the patch as visualize's source tracking
-  (analysis/token_map.py: numpy, one image, its own composition of the ops' dest) finds it, for ToMe, MCTF and
-  DPC-KNN; a patch a pruning method dropped (Top-K, DynamicViT, K-Medoids' non-medoids: the study's model keeps the
+  (analysis/token_map.py: numpy, one image, its own composition of the ops' dest) finds it, for ToMe, MCTF,
+  DPC-KNN, PiToMe and VisionZip; a patch a pruning method dropped (Top-K, DynamicViT, K-Medoids' non-medoids: the study's model keeps the
   medoids alone) carries the hidden state entering the block that dropped it, read from a tokens output at that
   feature layer;
 - what cannot be given is refused with the reason.
@@ -111,7 +111,16 @@ def test_embedding_of_a_classifier_is_what_its_head_reads():
 # ---- reduced: unmerge against the independent source tracking -------------------------------------------------
 
 
-@pytest.mark.parametrize(("method", "r", "options"), [("tome", 3, {}), ("mctf", 3, {}), ("dpcknn", 0, {"keep_rate": 0.5})])
+@pytest.mark.parametrize(
+    ("method", "r", "options"),
+    [
+        ("tome", 3, {}),
+        ("mctf", 3, {}),
+        ("dpcknn", 0, {"keep_rate": 0.5}),
+        ("pitome", 0, {"keep_rate": 0.8}),
+        ("visionzip", 0, {"dominant": 6, "contextual": 4, "layer": 6}),
+    ],
+)
 def test_unmerged_patches_take_the_feature_of_the_token_holding_them(method, r, options):
     vit, x = deit(), images(1)
     feats = run(merged(vit, method, r, OutputSpec("patch_features"), **options), x)[0].numpy()
@@ -168,6 +177,8 @@ def test_k_is_the_token_count_the_graph_outputs_for_every_method_and_feature_lay
         options = {} if method.uses_r else {"keep_rate": 0.5}
         if name == "atm":
             options = {"cls_only_last": False}
+        if name == "visionzip":
+            options = {"dominant": 6, "contextual": 4, "layer": 5}
         for layer in (1, 3, 4, 6, 9, 12):  # K-Medoids clusters at the end of blocks 2, 5 and 8
             spec = OutputSpec("tokens", feature_layer=layer, keep_prefix_tokens=True)
             model = merged(vit, name, 2 if method.uses_r else 0, spec, **options)
