@@ -201,8 +201,8 @@ def config_from_dict(data: dict, source: str = "(in memory)") -> DeployConfig:
         )
     if not method.uses_r and "r" in cfg.merge.model_fields_set:
         raise DeploytkError(
-            f"invalid config {source}: method {method.name} does not use `merge.r` (it keeps `merge.options.keep_rate` of the "
-            "tokens at `merge.options.layers`); remove `merge.r`."
+            f"invalid config {source}: method {method.name} does not use `merge.r` (its `merge.options` set the token counts: "
+            f"{method.schedule_knobs or '`keep_rate` at `layers`'}); remove `merge.r`."
         )
     return cfg
 

@@ -148,6 +148,10 @@ def picture(traced: Traced, chosen: list[int], colors: str = "mean") -> tuple[li
     scale = panels[0].shape[0] // shown.shape[0]
     original = (np.repeat(np.repeat(shown, scale, axis=0), scale, axis=1) * 255).round().astype(np.uint8)
     titles = [f"input ({sources.grid[0]}x{sources.grid[1]} patches)"] + [panel_title(sources, b) for b in chosen]
+    model = traced.model
+    if model.output_kind == "tokens" and chosen[-1] == model.blocks_run - 1:  # the last block run: what the graph outputs
+        prefix = "" if model.output.keep_prefix_tokens else f" (prefix token{'s' if model.protected > 1 else ''} dropped)"
+        titles[-1] += f"\n= output tokens, K = {model.output_tokens}{prefix}"
     method = traced.model.reduction
     who = "the PyTorch reference" if traced.backend == REFERENCE else f"{traced.backend} (the exported graph)"
     return [original, *panels], titles, legend(method.name, method.kind, sources, chosen, colors, who)

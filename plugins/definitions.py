@@ -48,6 +48,8 @@ PLUGINS: dict[str, PluginDefinition] = {
     "PiToMeMatch": PluginDefinition(tuple(_match([HEAD_DIM], r=16, margin=m, alpha=1.0, protect=p) for p, m in ((0, 0.75), (1, 0.0625)))),
     "TopKSelect": PluginDefinition((_match([None], keep=137),)),
     "CrucialMatch": PluginDefinition((_match([C, None], keep=137),)),
+    # VisionZip's LLaVA-1.5 split at 64 of 576 tokens (53 dominant patches + 10 contextual), scaled to 196 patches
+    "VisionZipSelect": PluginDefinition((_match([None, HEAD_DIM], dominant=18, contextual=4),)),
     # the clustering ops take the 196 patches' pairwise distances (and K-Medoids' token weights)
     "KMedoidsSelect": PluginDefinition((Example([[B, N - 1, N - 1], [B, N - 1]], {"clusters": 137, "iterations": 3}),)),
     "DPCKNNAssign": PluginDefinition((Example([[B, N - 1, N - 1]], {"clusters": 137, "neighbors": 5}),)),

@@ -65,11 +65,12 @@ def validate_config(config: Path, backends: list[str], workdir: Path) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--configs", default="*", help="Glob over export_configs/ stems.")
+    p.add_argument("--configs", default="*", help="Globs over export_configs/ stems, comma-separated.")
     p.add_argument("--backends", default="ort,openvino")
     p.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "validate_all_configs.json")
     args = p.parse_args(argv)
-    configs = [c for c in sorted((ROOT / "export_configs").glob("*.yaml")) if fnmatch.fnmatch(c.stem, args.configs)]
+    patterns = args.configs.split(",")
+    configs = [c for c in sorted((ROOT / "export_configs").glob("*.yaml")) if any(fnmatch.fnmatch(c.stem, p) for p in patterns)]
     backends = args.backends.split(",")
     out = claim_file(args.output, "deploytk scripts/validate_all_configs.py")  # before the run: a file deploytk did not write is refused
     records, t_start = [], time.perf_counter()

@@ -301,9 +301,8 @@ def methods_markdown(report: list[dict]) -> str:
     ]
     for m in report:
         opts = "<br>".join(f"`{o['name']}` = `{o['default']!r}`: {o['description']}" for o in m["options"]) or "-"
-        schedule = "`merge.r`" if m["uses_r"] else "`keep_rate` at `layers`"
         learned = learned_text(m)
-        lines.append(f"| `{m['name']}` | {m['summary']} | {m['kind']} | {learned} | {schedule} | {ops_text(m)} | {opts} |")
+        lines.append(f"| `{m['name']}` | {m['summary']} | {m['kind']} | {learned} | {m['schedule']} | {ops_text(m)} | {opts} |")
     return "\n".join(lines) + "\n"
 
 

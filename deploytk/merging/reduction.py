@@ -45,6 +45,8 @@ class Reduction(nn.Module):
     Options: ClassVar[type[MethodOptions]] = MethodOptions
     #: False: the method keeps ``merge.options.keep_rate`` of the tokens and rejects ``merge.r``
     uses_r: ClassVar[bool] = True
+    #: what sets the token counts, for `deploytk methods` (None: ``merge.r``, or ``keep_rate`` at ``layers`` without r)
+    schedule_knobs: ClassVar[str | None] = None
     #: the deploytk ops its export contains (checked against a trace in the tests)
     ops: ClassVar[tuple[str, ...]] = ()
     #: how tokens are reduced: merging, pruning, pruning + fusion, clustering

@@ -47,6 +47,7 @@ def describe_methods() -> list[dict]:
                 "checkpoint_prefix": m.checkpoint_prefix,
                 "learned_when": m.learned_when,
                 "uses_r": m.uses_r,
+                "schedule": m.schedule_knobs or ("`merge.r`" if m.uses_r else "`keep_rate` at `layers`"),
                 "tune_knob": m.tune_knob,
                 "ops": list(m.ops),
                 "options": opts,

@@ -55,6 +55,7 @@ class PiToMe(Reduction):
     Options = PiToMeOptions
     ops = ("PiToMeMatch", "TokenAggregate")
     uses_r = False
+    schedule_knobs = "`keep_rate` in every block of `layers`"
     tune_knob = "keep_rate"
 
     def __init__(self, family, r_per_layer: list[int], options: PiToMeOptions):

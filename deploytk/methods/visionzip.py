@@ -41,6 +41,7 @@ class VisionZip(Reduction):
     Options = VisionZipOptions
     ops = ("VisionZipSelect", "TokenAggregate")
     uses_r = False
+    schedule_knobs = "`dominant` + `contextual` at `layer`"
     untunable_reason = (
         "its token count is the language model's input size, set by `merge.options.dominant` + `contextual`; "
         "tune the tower's other method, or set the counts the model was built for"

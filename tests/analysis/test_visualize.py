@@ -64,7 +64,7 @@ def test_every_method_draws_a_png_whose_panels_differ(name, digit_png, tmp_path)
     traced = trace(method_config(name), digit_png)  # what `visualize` runs, without building the model twice here
     sources = traced.sources
     layers = choose_layers(None, sources)
-    assert len(layers) >= 2 and layers[-1] == sources.reducing_blocks[-1]
+    assert len(layers) >= min(2, len(sources.reducing_blocks)) and layers[-1] == sources.reducing_blocks[-1]  # VisionZip: one block
     panels, titles, caption = picture(traced, layers)
     out = tmp_path / f"{name}.png"
     assert save_figure(panels, titles, caption, claim_file(out, "deploytk visualize")) == png_size(1 + len(layers))
@@ -73,7 +73,8 @@ def test_every_method_draws_a_png_whose_panels_differ(name, digit_png, tmp_path)
     assert [f.name for f in tmp_path.iterdir()] == [out.name]  # nothing else (no temp file) left
     for a, b, la, lb in zip(panels[1:], panels[2:], layers, layers[1:], strict=False):
         assert a.shape == b.shape and np.any(a != b), f"{name}: the panels of blocks {la} and {lb} are the same"
-    assert sources.tokens(layers[0]) > sources.tokens(layers[-1])
+    assert sources.protected + sources.grid[0] * sources.grid[1] > sources.tokens(layers[0])
+    assert len(layers) == 1 or sources.tokens(layers[0]) > sources.tokens(layers[-1])
     for b in layers:  # every kept patch is in a token that exists, the protected prefix aside
         owner = sources.owner[b]
         assert owner.max() < sources.tokens(b) and (owner[owner >= 0] >= sources.protected).all()
@@ -297,6 +298,24 @@ def test_a_failing_write_leaves_nothing(monkeypatch, digit_png, tmp_path, tiny_y
 
     monkeypatch.setattr(Figure, "savefig", broken_savefig)
     fails(tiny_yaml / "tome.yaml", "--image", digit_png, "--output", tmp_path / "m.png", match="disk full (simulated)", out_dir=tmp_path)
+
+
+def test_the_token_set_an_output_gives_is_its_last_panel(noise_png):
+    """VisionZip's 10 tokens at layer -2 (the class token kept): the last block drawn is the graph's output, each of its tokens
+    covering the patches it holds; the dominant tokens hold one patch each, the contextual ones the rest."""
+    merge = {"method": "visionzip", "prop_attn": False, "options": {"dominant": 6, "contextual": 4}}
+    cfg = config_from_dict(
+        {**TINY, "model_kwargs": TINY["model_kwargs"] | {"depth": 4}, "merge": merge}
+        | {"export": {"img_size": 32, "output": "tokens", "feature_layer": -2, "keep_prefix_tokens": True}}
+    )
+    traced = trace(cfg, noise_png)
+    layers = choose_layers(None, traced.sources)
+    assert layers == [2]
+    _, titles, _ = picture(traced, layers)
+    assert titles[-1].endswith("= output tokens, K = 10")
+    owner = traced.sources.owner[-1]
+    held = np.bincount(owner, minlength=10)
+    assert held[0] == 0 and (held[1:6] == 1).all() and held[6:].sum() == 64 - 5  # class token, 5 dominant patches, 4 contextual
 
 
 def test_a_feature_layer_output_is_drawn_up_to_its_last_block(noise_png):

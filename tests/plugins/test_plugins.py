@@ -40,7 +40,7 @@ def test_plugins_compile_writes_sm90_ptx_for_every_plugin_kernel(tmp_path):
     kernels = index["kernels"]
     assert {k["op"] for k in kernels} == set(tp.PLUGIN_OPS) == set(OPS)
     assert {(k["op"], k["dtype"]) for k in kernels} == {(op, d) for op in tp.PLUGIN_OPS for d in ("fp32", "fp16", "bf16")}
-    assert len(kernels) == 39
+    assert len(kernels) == 48
     for k in kernels:
         ptx = (out / k["file"]).read_text()
         assert re.search(r"^\.target sm_90a?$", ptx, re.M), k["file"]
@@ -58,7 +58,7 @@ def test_plugins_compile_writes_blackwell_ptx_for_every_plugin_kernel(tmp_path, 
     result = run_cli("plugins", "compile", "--arch", arch, "--output", str(out), "--json")
     assert result.returncode == 0, result.stderr
     kernels = json.loads(result.stdout)["kernels"]
-    assert len(kernels) == 39 and {k["op"] for k in kernels} == set(OPS)
+    assert len(kernels) == 48 and {k["op"] for k in kernels} == set(OPS)
     for k in kernels:
         ptx = (out / k["file"]).read_text()
         assert re.search(rf"^\.target {arch}a$", ptx, re.M) and f".entry {k['kernel_name']}(" in ptx, k["file"]

@@ -271,7 +271,13 @@ DIGITS_METHODS = (
     "digits_vit_dpcknn_k70",
     "digits_vit_ats_k70",
     "digits_vit_dynamicvit_k70",
+    "digits_vit_pitome_k90",
 )
+#: a method without a digits config (VisionZip gives a VLM tower's token set), run on the digits model
+VISIONZIP_ON_DIGITS = {
+    "merge": {"method": "visionzip", "prop_attn": False, "options": {"dominant": 33, "contextual": 8}},
+    "export": {"img_size": 32, "output": "tokens", "feature_layer": -2, "keep_prefix_tokens": True},
+}
 
 
 @pytest.fixture(scope="module")
@@ -283,13 +289,16 @@ def digits_plugin_nodes(tmp_path_factory):
     from deploytk.build.builder import _force_aot
     from deploytk.build.graph import prepare_for_build
     from deploytk.build.options import BuildOptions
+    from deploytk.config import config_from_dict
     from deploytk.export.pipeline import run_export
     from deploytk.ops import PLUGIN_ATTRIBUTES
 
+    dense = digits_config("digits_vit_dense").model_dump(exclude_unset=True)
+    configs = {stem: digits_config(stem) for stem in DIGITS_METHODS} | {"visionzip": config_from_dict(dense | VISIONZIP_ON_DIGITS)}
     nodes = []
-    for stem in DIGITS_METHODS:
+    for stem, cfg in configs.items():
         out = tmp_path_factory.mktemp("export") / stem
-        run_export(digits_config(stem), out)
+        run_export(cfg, out)
         model, plugin_ops = prepare_for_build(onnx.load(str(out / "model.onnx")), BuildOptions(), tp.PLUGIN_OPS)
         _force_aot(model, plugin_ops)
         inferred = onnx.shape_inference.infer_shapes(model).graph
