@@ -216,6 +216,27 @@ def test_pitome_match_hand_case():
     assert ops.pitome_match(metric, 1, 1, 0.5, 1.0, True).tolist() == [[0, 3, 3, 1, 2]]
 
 
+@pytest.mark.parametrize("protect", [False, True])
+def test_pitome_near_tie_accepts_tied_energy_orders_and_rejects_wrong_merges(protect):
+    from deploytk.ops.pitome_match.reference import pitome_near_tie
+
+    g = torch.Generator().manual_seed(1)
+    metric = torch.randn(1, 41, 16, generator=g)
+    want = ops.pitome_match(metric, 8, 1, 0.5, 1.0, protect)
+    assert pitome_near_tie(metric, 8, 1, 0.5, 1.0, protect, want)
+    for i, j in ((3, 7), (2, 30), (11, 12)):  # two tokens trade slots: a wrong merge, not a tie
+        wrong = want.clone()
+        wrong[0, [i, j]] = wrong[0, [j, i]]
+        assert torch.equal(wrong, want) or not pitome_near_tie(metric, 8, 1, 0.5, 1.0, protect, wrong), (i, j)
+    # two identical tokens have the same energy: the order between them, and so which is A and which B, may go either way
+    tied = metric.clone()
+    tied[0, 9] = tied[0, 5]
+    want = ops.pitome_match(tied, 8, 1, 0.5, 1.0, protect)
+    swapped = ops.pitome_match(tied[:, [*range(5), 9, *range(6, 9), 5, *range(10, 41)]], 8, 1, 0.5, 1.0, protect)
+    swapped[0, [5, 9]] = swapped[0, [9, 5]]  # the choice made with tokens 5 and 9 in the other order, in token order
+    assert pitome_near_tie(tied, 8, 1, 0.5, 1.0, protect, swapped)
+
+
 def test_ops_reject_bad_input_before_compute():
     m = torch.randn(2, 11, 4)
     with pytest.raises(DeploytkError, match=r"r=6 is not allowed for 11 tokens with 1 protected; r must be in \[1, 5\]"):

@@ -15,6 +15,7 @@ from deploytk.ops.checks import check_match_args
 from deploytk.ops.flop_rules import sizes
 from deploytk.ops.pitome_match.onnx_function import PiToMeMatch
 from deploytk.ops.pitome_match.reference import pitome_dest as reference
+from deploytk.ops.pitome_match.reference import pitome_near_tie
 from deploytk.ops.spec import INT64, OpSpec, SelftestPlan, floats
 from deploytk.ops.ties import ties_when_perturbed
 
@@ -61,6 +62,7 @@ SPEC = OpSpec(
     output_shape=lambda shapes, attrs: list(shapes[0][:2]),
     flops=pitome_flops,
     kernel="deploytk.ops.pitome_match.kernel",
-    selftest=SelftestPlan("tome", _selftest_calls, ties_when_perturbed(0)),
+    selftest=SelftestPlan("tome", _selftest_calls, ties_when_perturbed(0, pitome_near_tie)),
     matching=True,
+    near_tie=pitome_near_tie,
 )
