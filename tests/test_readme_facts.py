@@ -74,6 +74,11 @@ def test_the_output_kinds_table_is_what_its_command_prints():
     """The README's measured table of dense features and token sets is `output_kinds.py --markdown` of the committed JSON."""
     from benchmarks.output_kinds import markdown
 
-    for name in ("output_kinds_amd_epyc.json", "output_kinds_amd_epyc_dinov2_unmerge_gather.json"):
+    for name in (
+        "output_kinds_amd_epyc.json",
+        "output_kinds_amd_epyc_dinov2_unmerge_gather.json",
+        "output_kinds_amd_epyc_visionzip_pitome.json",
+        "output_kinds_amd_epyc_pitome.json",
+    ):
         result = json.loads((ROOT / "benchmarks" / "results" / name).read_text())
         assert markdown(result) in README, name

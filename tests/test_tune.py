@@ -135,6 +135,8 @@ def test_untunable_methods_and_bad_options_are_refused_with_the_reason():
     with pytest.raises(DeploytkError, match="token counts are trained into its layers") as err:
         candidates_for(load_config(ROOT / "export_configs" / "digits_vit_patchmerger_k70.yaml"))
     assert "tome" in err.value.hint
+    with pytest.raises(DeploytkError, match="its token count is the language model's input size"):
+        candidates_for(load_config(ROOT / "export_configs" / "llava15_clip_l336_visionzip_64_tokens.yaml"))
     with pytest.raises(DeploytkError, match="--inflections is for the r-scheduled methods"):
         candidates_for(load_config(ROOT / "export_configs" / "digits_vit_topk_k70.yaml"), inflections=[-1])
     for kwargs, message in (
