@@ -11,6 +11,7 @@ from pathlib import Path
 
 import onnx
 import pytest
+from conftest import assert_every_deploytk_node_builds_as_a_plugin
 from typer.testing import CliRunner
 
 from deploytk.cli import app
@@ -29,8 +30,7 @@ FAST = {
     "deit_tiny_ats_k50",
     "deit_tiny_dynamicvit_k50",
     "deit_tiny_sinkhorn_k50",
-    "deit_tiny_pitome_k90",
-}
+}  # deit_tiny_pitome_k90: exported with the official PiToMe weights and checked as here in tests/merging/test_official_pitome.py
 runner = CliRunner()
 
 
@@ -74,25 +74,6 @@ def test_method_config_exports_and_validates(config, tmp_path):
     assert declared <= set(manifest["custom_ops"]) <= declared | {"ProportionalAttention"}, manifest["custom_ops"]
     assert manifest["gflops"] < manifest["dense_gflops"]
     assert_every_deploytk_node_builds_as_a_plugin(onnx.load(str(tmp_path / config.stem / "model.onnx")))
-
-
-def assert_every_deploytk_node_builds_as_a_plugin(model):
-    """What `deploytk build` hands TensorRT: every deploytk node a plugin node, its types among those the plugin declares."""
-    from deploytk_plugins.tensorrt_plugins import PLUGIN_OPS, type_combinations
-    from onnx import TensorProto
-
-    from deploytk.build.graph import prepare_for_build
-    from deploytk.build.options import BuildOptions
-
-    prepared, used = prepare_for_build(model, BuildOptions(), PLUGIN_OPS)
-    nodes = [n for n in prepared.graph.node if n.domain == "deploytk"]
-    assert used == sorted({n.op_type for n in nodes})
-    assert all(any(a.name == "plugin_namespace" for a in n.attribute) for n in nodes)
-    inferred = onnx.shape_inference.infer_shapes(model)
-    types = {v.name: v.type.tensor_type.elem_type for v in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]}
-    trt_name = {TensorProto.FLOAT: "FP32", TensorProto.FLOAT16: "FP16", TensorProto.BFLOAT16: "BF16", TensorProto.INT64: "INT64"}
-    for n in nodes:
-        assert ", ".join(trt_name[types[t]] for t in [*n.input, *n.output]) in type_combinations(n.op_type), n.op_type
 
 
 @pytest.mark.slow

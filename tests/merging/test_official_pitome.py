@@ -5,14 +5,16 @@ reference and the exported graph on ONNX Runtime against the official blocks on 
 counts of the official schedule.
 """
 
+import json
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 import timm
 import torch
-from conftest import export_config, seeded_images, seeded_init
+from conftest import assert_every_deploytk_node_builds_as_a_plugin, export_config, seeded_images, seeded_init
 
 from deploytk.merging.merged_vit import build_merged
 from deploytk.methods import get_method
@@ -70,3 +72,7 @@ def test_onnx_runtime_matches_official_logits(tmp_path):
     session = ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
     (got,) = session.run(None, {session.get_inputs()[0].name: seeded_images(2, seed=2).numpy()})
     assert np.abs(got - RECORDED["deit_tiny_ratio0.9_logits"]).max() <= 1e-3
+    # what the method-config tests check of every default-suite config (this one's export is this test's)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert set(manifest["custom_ops"]) == {"PiToMeMatch", "TokenAggregate"} and manifest["gflops"] < manifest["dense_gflops"]
+    assert_every_deploytk_node_builds_as_a_plugin(onnx.load(str(out / "model.onnx")))
