@@ -130,6 +130,30 @@ def test_token_aggregate_body_and_hand_case(normalize):
     np.testing.assert_allclose(body, got.numpy(), rtol=1e-6)
 
 
+@pytest.mark.parametrize("normalize", [True, False])
+def test_token_aggregate_gradient_is_the_formulas(normalize):
+    """Training through the reference (the multi-scale digits model) needs TokenAggregate's gradient: held to the derivative
+    written out by hand (a dropped token gets none) and to finite differences."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 7, 3, generator=gen, dtype=torch.float64, requires_grad=True)
+    w = (torch.rand(2, 7, 1, generator=gen, dtype=torch.float64) + 0.5).requires_grad_()
+    dest = torch.tensor([[0, 1, 1, 2, 0, 3, 2], [2, 2, 0, 1, 3, 3, 1]])  # slot 3 = tokens_out: dropped
+    out = ops.token_aggregate(x, w, dest, 3, normalize)
+    g = torch.randn(out.shape, generator=gen, dtype=torch.float64)
+    gx, gw = torch.autograd.grad(out, (x, w), g)
+    kept = (dest < 3)[..., None]
+    g_at = torch.cat([g, torch.zeros(2, 1, 3, dtype=g.dtype)], 1).gather(1, dest[..., None].expand(-1, -1, 3))
+    total = torch.zeros(2, 4, 1, dtype=w.dtype).scatter_add(1, dest[..., None], w.detach()).gather(1, dest[..., None])
+    if normalize:
+        out_at = torch.cat([out.detach(), torch.zeros(2, 1, 3, dtype=g.dtype)], 1).gather(1, dest[..., None].expand(-1, -1, 3))
+        want_x, want_w = g_at * w.detach() / total, (g_at * (x.detach() - out_at)).sum(-1, keepdim=True) / total
+    else:
+        want_x, want_w = g_at * w.detach(), (g_at * x.detach()).sum(-1, keepdim=True)
+    torch.testing.assert_close(gx, torch.where(kept, want_x, 0.0))
+    torch.testing.assert_close(gw, torch.where(kept, want_w, 0.0))
+    assert torch.autograd.gradcheck(lambda a, b: ops.token_aggregate(a, b, dest, 3, normalize), (x, w))
+
+
 def test_topk_select_and_evit_fusion_hand_case():
     # tokens: cls + 5; CLS attention to them; keep 2 -> tokens 4 and 2 (original order), rest -> slot 3
     scores = torch.tensor([[0.0, 0.10, 0.30, 0.05, 0.40, 0.15]])

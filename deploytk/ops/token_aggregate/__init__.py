@@ -46,6 +46,25 @@ def _token_aggregate_fake(x, weight, dest, tokens_out, normalize):
     return x.new_empty(x.shape[0], tokens_out, x.shape[2])
 
 
+def _setup_backward(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0], inputs[1], inputs[2])
+    ctx.tokens_out, ctx.normalize = inputs[3], inputs[4]
+
+
+def _backward(ctx, grad):
+    """The gradient of the reference's own formula (autograd through its scatter-adds), for x and weight: training through
+    the merged reference (scripts/train_digits_multiscale.py) needs it; dest is a discrete choice and has none."""
+    x, weight, dest = ctx.saved_tensors
+    with torch.enable_grad():
+        xr, wr = x.detach().requires_grad_(), weight.detach().requires_grad_()
+        out = reference(xr, wr, dest, ctx.tokens_out, ctx.normalize)
+        gx, gw = torch.autograd.grad(out, (xr, wr), grad)
+    return gx, gw, None, None, None
+
+
+token_aggregate.register_autograd(_backward, setup_context=_setup_backward)
+
+
 def translate(x, weight, dest, tokens_out: int, normalize: bool):
     return TokenAggregate(x, weight, dest, tokens_out=tokens_out, normalize=int(normalize))
 

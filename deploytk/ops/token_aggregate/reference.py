@@ -9,12 +9,13 @@ def token_aggregate(x: torch.Tensor, weight: torch.Tensor, dest: torch.Tensor, t
     """out[b, j] = sum_{i: dest[b,i]=j} weight[b,i] x[b,i], divided by sum weight[b,i] if ``normalize``.
 
     x [B, N, C], weight [B, N, 1], dest [B, N] in [0, tokens_out]; slot ``tokens_out`` is
-    a drop bucket that is discarded. The sums are taken in fp32 (weights are token sizes or
+    a drop bucket that is discarded. The sums are taken in fp32 (or wider) (weights are token sizes or
     attention, which fp16 would round) and the result is returned in x's dtype.
     """
     b, _, c = x.shape
     idx = dest[..., None]
-    xf, wf = x.float(), weight.float()
+    wide = torch.promote_types(x.dtype, torch.float32)  # fp32 sums for fp16/bf16; fp64 stays fp64 (gradient checks)
+    xf, wf = x.to(wide), weight.to(wide)
     acc = xf.new_zeros(b, tokens_out + 1, c).scatter_add(1, idx.expand(-1, -1, c), xf * wf)
     acc = acc[:, :tokens_out]
     if normalize:
