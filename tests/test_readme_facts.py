@@ -82,3 +82,11 @@ def test_the_output_kinds_table_is_what_its_command_prints():
     ):
         result = json.loads((ROOT / "benchmarks" / "results" / name).read_text())
         assert markdown(result) in README, name
+
+
+def test_the_multiscale_table_is_what_its_command_prints():
+    """The README's multi-scale parameters / GFLOPs table is `multiscale_vs_paper.py`'s table of the committed JSON."""
+    from benchmarks.multiscale_vs_paper import markdown
+
+    result = json.loads((ROOT / "benchmarks" / "results" / "multiscale_vs_paper.json").read_text())
+    assert markdown(result) in README

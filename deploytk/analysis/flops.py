@@ -36,7 +36,9 @@ def _handles() -> dict:
 class FlopReport:
     total_gflops: float
     per_block_gflops: list[float]
-    other_gflops: float  # patch embedding, head, final norm
+    other_gflops: float  # patch embedding, head, final norm (and a family's stem beyond its blocks)
+    #: the family's own parts outside the blocks (``ModelFamily.flop_parts``: a multi-scale fusion's LKA, PEG, ...)
+    parts_gflops: dict[str, float]
 
 
 def count_flops(model: MergedViT, img_size: tuple[int, int]) -> FlopReport:
@@ -52,4 +54,5 @@ def count_flops(model: MergedViT, img_size: tuple[int, int]) -> FlopReport:
     for name, i in model.reduction.flop_blocks().items():  # a learned reducer's layers count in the block they reduce for
         blocks[i] += by_module.get(f"reduction.{name}", 0) / 1e9
     total_g = total / 1e9
-    return FlopReport(total_g, blocks, total_g - sum(blocks))
+    parts = {label: by_module.get(f"vit.{path}", 0) / 1e9 for label, path in model.family.flop_parts().items()}
+    return FlopReport(total_g, blocks, total_g - sum(blocks), parts)

@@ -54,6 +54,9 @@ def flops_summary(model: MergedViT) -> dict:
         "gflops": round(merged.total_gflops, 4),
         "gflops_per_layer": [round(v, 4) for v in merged.per_block_gflops],
         "gflops_outside_blocks": round(merged.other_gflops, 4),
+        "gflops_of_parts": {label: round(v, 4) for label, v in merged.parts_gflops.items()},
+        "params_millions": round(sum(p.numel() for p in model.parameters()) / 1e6, 3),
+        "stem_blocks": model.family.stem_blocks,
         "dense_gflops": round(dense.total_gflops, 4),
         "flop_reduction": round(dense.total_gflops / merged.total_gflops, 4),
     }

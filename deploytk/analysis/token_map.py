@@ -245,7 +245,8 @@ def track_sources(model: MergedViT, image: torch.Tensor) -> Sources:
     grid = model.family.grid_size
     with recording(model) as records, torch.no_grad():
         model(image)
-    return Sources(grid, model.protected, records)
+    stem = [BlockRecord(i, model.num_tokens, model.num_tokens) for i in range(model.family.stem_blocks)]  # ran in ``embed``
+    return Sources(grid, model.protected, stem + records)
 
 
 # ---- inputs ---------------------------------------------------------------------------------

@@ -238,15 +238,21 @@ def inspect(report: dict, json_out: bool) -> None:
     for col in ("block", "tokens in", "r" if report["r"] is not None else "removed", "GFLOPs"):
         table.add_column(col, justify="right")
     for i, (t, rr, g) in enumerate(zip(report["tokens_per_layer"], report["effective_r"], report["gflops_per_layer"], strict=True)):
-        table.add_row(str(i), str(t), str(rr), f"{g:.3f}")
+        table.add_row(f"{i} (stem)" if i < report["stem_blocks"] else str(i), str(t), str(rr), f"{g:.3f}")
     out_console.print(table)
     shown = {k: v for k, v in report["method_options"].items() if k != "calibration"}
     if shown:
         out_console.print(f"{report['method']} options: " + ", ".join(f"{k}={v}" for k, v in shown.items()))
     out_console.print(
         f"total {report['gflops']:.2f} GFLOPs (unmerged {report['dense_gflops']:.2f}, {report['flop_reduction']:.2f}x fewer); "
-        f"tokens out of the last block: {report['tokens_out']}"
+        f"tokens out of the last block: {report['tokens_out']}; {report['params_millions']:.2f} M parameters"
     )
+    if report["stem_blocks"]:
+        out_console.print(
+            f"  blocks 0..{report['stem_blocks'] - 1} are the multi-scale stem (both token scales, fused after it); "
+            f"outside the blocks {report['gflops_outside_blocks']:.3f} GFLOPs, of which "
+            + ", ".join(f"{label} {g:.4f}" for label, g in report["gflops_of_parts"].items())
+        )
     blocks_run = report["output"]["blocks_run"]
     if blocks_run < len(report["tokens_per_layer"]):
         out_console.print(f"  the graph runs blocks 0..{blocks_run - 1} (`export.feature_layer`); the rows after are not in it")

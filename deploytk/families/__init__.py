@@ -22,7 +22,7 @@ def describe_families() -> list[dict]:
         {
             "name": f.name,
             "summary": f.summary,
-            "model": f"{f.prefix}<folder|Hub id>" if f.prefix else "timm name or hf-hub:timm/...",
+            "model": f.model_syntax or (f"{f.prefix}<folder|Hub id>" if f.prefix else "timm name or hf-hub:timm/..."),
             "classes": list(getattr(f, "classes", ())) or ["VisionTransformer"],
             "learned_reducers": f.takes_learned_reducers,
         }

@@ -72,6 +72,8 @@ class ModelFamily:
     prefix: ClassVar[str | None] = None
     #: the learned reducers' checkpoints (the TokenReduction layout) hold this family's parameter names
     takes_learned_reducers: ClassVar[bool] = False
+    #: how a config's ``model:`` names this family's models, for `deploytk families` (None: ``<prefix><folder|Hub id>``)
+    model_syntax: ClassVar[str | None] = None
 
     @classmethod
     def load(
@@ -104,6 +106,9 @@ class ModelFamily:
     has_class_token: bool
     #: a distilled DeiT's second prefix token (its head averages the two heads)
     has_dist_token: bool = False
+    #: leading blocks that ``embed`` runs itself, where the tokens are not one sequence (the multi-scale ViT's two token
+    #: groups before their fusion): no method reduces there and no output is taken from there; the rest are ``blocks``
+    stem_blocks: int = 0
     #: patch grid (rows, cols) and input size (H, W) the model was built for
     grid_size: tuple[int, int]
     img_size: tuple[int, int]
@@ -135,7 +140,7 @@ class ModelFamily:
     # ---- the forward pass, in pieces ----------------------------------------------------
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:
-        """Images [B, 3, H, W] -> the tokens entering block 0 [B, prefix + patches, C]."""
+        """Images [B, 3, H, W] -> the tokens entering block ``stem_blocks`` (0 but for a stem) [B, prefix + patches, C]."""
         raise NotImplementedError
 
     def final_norm(self, x: torch.Tensor) -> torch.Tensor:
@@ -156,6 +161,10 @@ class ModelFamily:
         """The last block's output as the model itself returns its token features (timm's ``forward_features``,
         transformers' ``last_hidden_state``): the final norm, unless the family applies it to the pooled token only."""
         return self.final_norm(x)
+
+    def flop_parts(self) -> dict[str, str]:
+        """Modules outside the blocks whose FLOPs `inspect` reports on their own (label -> module name in the model)."""
+        return {}
 
     def block_path(self, i: int) -> str:
         """Block ``i``'s module name inside the model (where fvcore files its FLOPs)."""

@@ -73,6 +73,7 @@ class MergedViT(nn.Module):
         self.output_kind = output.resolved(family.num_classes)
         #: blocks the output needs (a feature layer stops early)
         self.blocks_run = self.output.blocks_run(family.depth)
+        _check_stem(family, reduction, self.blocks_run)
         patches_left = reduction.tokens_after(self.blocks_run) - self.protected
         if self.output_kind in DENSE_KINDS and patches_left < 1:
             what = "would be empty" if self.output_kind == "tokens" else "would give every patch a feature from before the last block"
@@ -127,7 +128,7 @@ class MergedViT(nn.Module):
         keep_dropped = out.kind == "patch_features" and self._drops_tokens
         unmerging = out.kind == "patch_features"
         sources = PatchSources(x, self.protected, family.num_patches, keep_dropped, unmerging) if out.follows_patches else None
-        for i in range(self.blocks_run):
+        for i in range(family.stem_blocks, self.blocks_run):  # a stem's blocks ran in ``embed``
             self._block_calls = [] if sources is not None else None
             x_in = x
             try:
@@ -205,6 +206,31 @@ def build_merged(
     """``vit`` with ``method`` at the schedule ``r_spec`` (an int, a per-block list or (r, inflection)), giving ``output``."""
     family = adapt(vit)
     return MergedViT(family, method(family, parse_r(family.depth, r_spec), options), prop_attn, output)
+
+
+def _check_stem(family: ModelFamily, reduction: Reduction, blocks_run: int) -> None:
+    """Refuse a reduction or an output inside blocks the family runs as its stem (``stem_blocks``), with what to set."""
+    stem = family.stem_blocks
+    if not stem:
+        return
+    where = f"{family.architecture} runs blocks 0..{stem - 1} on its two token scales side by side and fuses them before block {stem}"
+    if blocks_run < stem:
+        raise DeploytkError(
+            f"`export.feature_layer` stops after {blocks_run} blocks, inside the multi-scale stem: {where}.",
+            hint=f"Take a feature layer from {stem} on (the fused tokens are the output of block {stem - 1}), or the final features.",
+        )
+    early = [i for i in range(stem) if reduction.schedule.effective_r[i]]
+    if early:
+        knob = (
+            "a per-block `merge.r` list starting with " + ", ".join(["0"] * stem)
+            if reduction.uses_r
+            else f"`merge.options.layers` >= {stem}"
+        )
+        raise DeploytkError(
+            f"method {reduction.name} would reduce tokens in block(s) {early}, inside the multi-scale stem: {where}; no method "
+            "reduces there.",
+            hint=f"Set {knob} (the paper reduces in blocks 3, 6, 9 of DeiT).",
+        )
 
 
 def _checked_output(output: OutputSpec, family: ModelFamily, reduction: Reduction) -> OutputSpec:
