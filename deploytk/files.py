@@ -23,8 +23,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +50,7 @@ class DirectoryKind:
 
 
 def default_mode(path: Path, mode: int) -> None:
-    """mkstemp/mkdtemp create owner-only (0600/0700) entries; a user's outputs get the modes open() and mkdir() would give."""
+    """Temporaries are created owner-only (0600/0700); a user's outputs get the modes open() and mkdir() would give."""
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(path, mode & ~umask)
@@ -100,10 +100,14 @@ def _require_writable(folder: Path, what: str) -> None:
     """Make and remove an entry in ``folder``: the real test (root passes os.access on a folder that still takes no
     files, like /proc); the folder's times are put back, so a refused command leaves it as it was."""
     before = folder.stat()
+    probe = _temp_name(folder, ".deploytk-probe-")
     try:
-        Path(tempfile.mkdtemp(prefix=".deploytk-probe-", dir=folder)).rmdir()
+        probe.mkdir(mode=0o700)
     except OSError as err:
         raise DeploytkError(f"{what}: cannot write in {folder} ({err.strerror or err}).") from None
+    finally:
+        with contextlib.suppress(OSError):
+            probe.rmdir()
     with contextlib.suppress(OSError):
         os.utime(folder, ns=(before.st_atime_ns, before.st_mtime_ns))
 
@@ -138,11 +142,12 @@ class DirectoryOutput:
     @contextlib.contextmanager
     def write(self) -> Iterator[Path]:
         claim = claim_directory(self.path, self.kind, option=self.option, force=self.force)  # the folder may have changed since
-        target, tmp = self.path, None
+        target = self.path
+        tmp = _temp_name(target.parent, f".{target.name}.tmp-")  # named before it exists: cleanup finds it whenever a signal lands
         made = _created_parents(target)
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+            tmp.mkdir(mode=0o700)
             default_mode(tmp, 0o777)
             yield tmp
             if not target.exists():
@@ -151,11 +156,23 @@ class DirectoryOutput:
                 _swap(tmp, target)  # only deploytk's files there: replace the folder as a whole
             else:
                 _replace_in_place(tmp, target, self.kind)  # keeps the user's files (or an empty folder they made) where they are
-        except BaseException:
-            if tmp is not None:
+        except BaseException as err:
+            if not _not_ours(err, tmp):
                 shutil.rmtree(tmp, ignore_errors=True)
             _remove_if_empty(made)
             raise
+
+
+def _temp_name(folder: Path, prefix: str, suffix: str = "") -> Path:
+    """A fresh temporary name in ``folder``, chosen before anything is made there: a temporary created by
+    ``mkdtemp``/``mkstemp`` is nameless to the caller until they return, and a Ctrl-C or kill landing in between (the
+    moment a watcher sees it appear) would leave it behind."""
+    return folder / f"{prefix}{secrets.token_hex(8)}{suffix}"
+
+
+def _not_ours(err: BaseException, tmp: Path) -> bool:
+    """The error is the temporary's own creation failing because the name exists: that entry is someone else's."""
+    return isinstance(err, FileExistsError) and err.filename == str(tmp)
 
 
 def _swap(tmp: Path, target: Path) -> None:
@@ -324,17 +341,17 @@ def atomic_file(target: Path) -> Iterator[Path]:
     goes through ``claim_file``. The temp name keeps ``target``'s suffix, for writers that choose the format by it.
     """
     target = Path(target)
+    tmp = _temp_name(target.parent, f".{target.stem}.tmp-", target.suffix)
     made = _created_parents(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{target.stem}.tmp-", suffix=target.suffix, dir=target.parent)
-    os.close(fd)
-    tmp = Path(name)
-    default_mode(tmp, 0o666)
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        default_mode(tmp, 0o666)
         yield tmp
         os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+    except BaseException as err:
+        if not _not_ours(err, tmp):
+            tmp.unlink(missing_ok=True)
         _remove_if_empty(made)
         raise
 

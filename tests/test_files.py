@@ -57,6 +57,32 @@ def test_a_failed_directory_write_leaves_nothing_not_even_the_parents_it_made(tm
     assert (target / "a.txt").read_text() == "y" and [p.name for p in tmp_path.iterdir()] == ["new"]
 
 
+def test_an_interrupt_the_moment_the_temporary_appears_leaves_nothing(tmp_path, monkeypatch):
+    """A Ctrl-C or kill lands right after the temporary folder or file is made, before the call that made it returns (the
+    moment a watcher sees it: a clean clone's run of test_hostile_inputs hit it): cleanup must still find it."""
+    real_mkdir, real_open = os.mkdir, os.open
+
+    def mkdir_then_interrupt(path, *args, **kwargs):
+        real_mkdir(path, *args, **kwargs)
+        if ".tmp-" in os.fspath(path):
+            raise KeyboardInterrupt
+
+    def open_then_interrupt(path, flags, *args, **kwargs):
+        fd = real_open(path, flags, *args, **kwargs)
+        if ".tmp-" in os.fspath(path) and flags & os.O_CREAT:  # the creation, not a cleanup's reading
+            os.close(fd)
+            raise KeyboardInterrupt
+        return fd
+
+    monkeypatch.setattr(os, "mkdir", mkdir_then_interrupt)
+    monkeypatch.setattr(os, "open", open_then_interrupt)
+    with pytest.raises(KeyboardInterrupt), claim_directory(tmp_path / "new" / "artifact", TOY).write():
+        pass
+    with pytest.raises(KeyboardInterrupt), atomic_file(tmp_path / "made" / "model.engine"):
+        pass
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_an_earlier_output_is_replaced_as_a_whole_when_it_holds_only_deploytk_files(tmp_path):
     target = tmp_path / "out"
     write_toy(claim_directory(target, TOY), {"a.txt": "1", "sub/b.txt": "2"})
