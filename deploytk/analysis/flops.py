@@ -3,9 +3,9 @@
 One multiply-add = one FLOP for matmul/linear/conv, fvcore's own handlers for the norms,
 softmax/activations/elementwise ignored. fvcore does not know deploytk's custom ops or
 PyTorch's fused attention, so handlers for them count their two matmuls (Q K^T and A V)
-and the merge's matching matmul, exactly as fvcore counts the unfused ops. A learned reducer's
-own layers (DynamicViT's predictor, PatchMerger's queries, ...) are counted by fvcore's rules
-and attributed to the block they reduce before.
+and the merge's matching matmul, exactly as fvcore counts the unfused ops. A block's GFLOPs are its
+own modules', the attention and matching ops the framework calls for it (inside its ``BlockScope``)
+and a learned reducer's layers (DynamicViT's predictor, PatchMerger's queries, ...) that reduce there.
 """
 
 from __future__ import annotations
@@ -50,7 +50,12 @@ def count_flops(model: MergedViT, img_size: tuple[int, int]) -> FlopReport:
     with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()):
         total = analysis.total()
         by_module = analysis.by_module()
-    blocks = [by_module.get(f"vit.{model.family.block_path(i)}", 0) / 1e9 for i in range(model.family.depth)]
+    # fvcore files an op under the innermost module running it: a block's own modules under vit.<block_path>, the attention
+    # and matching ops the framework calls under the block's BlockScope, a learned reducer's layers under reduction.<name>
+    blocks = [
+        (by_module.get(f"vit.{model.family.block_path(i)}", 0) + by_module.get(f"block_scopes.{i}", 0)) / 1e9
+        for i in range(model.family.depth)
+    ]
     for name, i in model.reduction.flop_blocks().items():  # a learned reducer's layers count in the block they reduce for
         blocks[i] += by_module.get(f"reduction.{name}", 0) / 1e9
     total_g = total / 1e9

@@ -31,6 +31,15 @@ def aggregate_size(size: torch.Tensor, dest: torch.Tensor, tokens_out: int) -> t
     return torch.ops.deploytk.token_aggregate(size, torch.ones_like(size), dest, tokens_out, False)
 
 
+class BlockScope(nn.Module):
+    """Runs one block of the method's loop inside a module of its own (``MergedViT.block_scopes``), so that fvcore files
+    the ops the framework calls for the block (the attention, the matching ops), outside the block's own modules, under
+    it instead of outside every block. No parameters, nothing in the state dict."""
+
+    def forward(self, run, *args):
+        return run(*args)
+
+
 class MergedViT(nn.Module):
     """A ViT (any registered family) run with a token-reduction method (``reduction``) at its static schedule.
 
@@ -82,6 +91,8 @@ class MergedViT(nn.Module):
                 f"after block {self.blocks_run - 1}.",
                 hint=reduction.no_patches_left_hint() or "Set an earlier `export.feature_layer` or a milder schedule.",
             )
+        #: one ``BlockScope`` per block: where FLOP counting finds each block's whole work
+        self.block_scopes = nn.ModuleList(BlockScope() for _ in range(family.depth))
         #: the matching ops the current block called, while patches are followed (None otherwise)
         self._block_calls: list | None = None
         #: the method's ops can drop tokens (unmerge then keeps dropped patches' features; merging ops never need to)
@@ -132,7 +143,7 @@ class MergedViT(nn.Module):
             self._block_calls = [] if sources is not None else None
             x_in = x
             try:
-                x, size = self.reduction.block(self, i, family.blocks[i], x, size)
+                x, size = self.block_scopes[i](self.reduction.block, self, i, family.blocks[i], x, size)
             finally:
                 calls, self._block_calls = self._block_calls, None
             if sources is not None:
