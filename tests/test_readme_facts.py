@@ -79,6 +79,7 @@ def test_the_output_kinds_table_is_what_its_command_prints():
         "output_kinds_amd_epyc_dinov2_unmerge_gather.json",
         "output_kinds_amd_epyc_visionzip_pitome.json",
         "output_kinds_amd_epyc_pitome.json",
+        "multiscale_profile_amd_epyc.json",
     ):
         result = json.loads((ROOT / "benchmarks" / "results" / name).read_text())
         assert markdown(result) in README, name
