@@ -152,6 +152,19 @@ def test_crucial_mergence_exports_and_validates_by_default(checkpoint, tmp_path)
         assert report.passed, (backend, report.to_dict())
 
 
+@pytest.mark.parametrize("method", ["evit", "topk", "ats", "kmedoids", "dpcknn", "heuristic"])
+def test_the_other_keep_rate_methods_reduce_after_the_stem(method, checkpoint):
+    """The keep-rate methods at the paper's blocks run on the fused tokens (the stem's blocks keep all 65) and change the
+    output (crucial's export and validation are checked above)."""
+    cfg = config(method, {"layers": [3, 6, 9], "keep_rate": 0.7}).model_copy(update={"checkpoint": str(checkpoint)})
+    model = build_reference(cfg)
+    assert model.schedule.tokens[:4] == [65] * 4 and model.schedule.tokens[4] < 65
+    x = images()
+    with torch.no_grad():
+        reduced, dense = model(x), MergedViT.dense(model.family, prop_attn=model.prop_attn)(x)
+    assert (reduced - dense).abs().max() > 1e-3 and torch.isfinite(reduced).all()
+
+
 def test_visualize_follows_tokens_from_the_fused_grid(checkpoint):
     model = build_reference(config("crucial", {"layers": [3, 6, 9]}).model_copy(update={"checkpoint": str(checkpoint)}))
     sources = track_sources(model, images(1))
