@@ -47,9 +47,13 @@ def count_flops(model: MergedViT, img_size: tuple[int, int]) -> FlopReport:
     analysis = FlopCountAnalysis(model.eval(), x).set_op_handle(**_handles())
     analysis.unsupported_ops_warnings(False).uncalled_modules_warnings(False).tracer_warnings("none")
     logging.getLogger("fvcore").setLevel(logging.ERROR)
-    with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()):
-        total = analysis.total()
-        by_module = analysis.by_module()
+    model.scoped_blocks = True  # each block's framework ops under its BlockScope
+    try:
+        with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()):
+            total = analysis.total()
+            by_module = analysis.by_module()
+    finally:
+        model.scoped_blocks = False
     # fvcore files an op under the innermost module running it: a block's own modules under vit.<block_path>, the attention
     # and matching ops the framework calls under the block's BlockScope, a learned reducer's layers under reduction.<name>
     blocks = [

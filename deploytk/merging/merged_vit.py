@@ -91,8 +91,10 @@ class MergedViT(nn.Module):
                 f"after block {self.blocks_run - 1}.",
                 hint=reduction.no_patches_left_hint() or "Set an earlier `export.feature_layer` or a milder schedule.",
             )
-        #: one ``BlockScope`` per block: where FLOP counting finds each block's whole work
+        #: one ``BlockScope`` per block, used while ``scoped_blocks`` (FLOP counting sets it; exports leave it off, so that
+        #: their graphs' node metadata stays as it was)
         self.block_scopes = nn.ModuleList(BlockScope() for _ in range(family.depth))
+        self.scoped_blocks = False
         #: the matching ops the current block called, while patches are followed (None otherwise)
         self._block_calls: list | None = None
         #: the method's ops can drop tokens (unmerge then keeps dropped patches' features; merging ops never need to)
@@ -143,7 +145,8 @@ class MergedViT(nn.Module):
             self._block_calls = [] if sources is not None else None
             x_in = x
             try:
-                x, size = self.block_scopes[i](self.reduction.block, self, i, family.blocks[i], x, size)
+                args = (self, i, family.blocks[i], x, size)
+                x, size = self.block_scopes[i](self.reduction.block, *args) if self.scoped_blocks else self.reduction.block(*args)
             finally:
                 calls, self._block_calls = self._block_calls, None
             if sources is not None:
