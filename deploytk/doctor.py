@@ -58,11 +58,12 @@ def openvino_report() -> dict:
 #: pyproject.toml's [project.optional-dependencies], by distribution name (a test holds the two equal), and what each enables
 EXTRAS = {
     "openvino": (("openvino",), "--backend openvino (CPU)"),
+    "int8": (("openvino", "nncf"), "deploytk quantize --runtime openvino (NNCF); --runtime ort / trt need nothing more"),
     "hf": (("transformers",), "`model: hf:<folder or hub id>`: Hugging Face transformers ViT, DeiT, DINOv2, CLIP and SigLIP image towers"),
     "gpu": (("onnxruntime-gpu", "triton"), "--backend ort-cuda, the Triton kernels (--backend torch on a GPU, selftest, plugins compile)"),
     "tensorrt": (("tensorrt", "polygraphy"), "deploytk build, --backend trt"),
     "serve": (("tritonclient",), "a client for the Triton server repositories `deploytk package --triton` writes"),
-    "test": (("pytest", "ruff", "import-linter", "openvino", "tritonclient", "matplotlib", "transformers"), "make test"),
+    "test": (("pytest", "ruff", "import-linter", "openvino", "nncf", "tritonclient", "matplotlib", "transformers"), "make test"),
     "bench": (("matplotlib",), "the plots of benchmarks/, visualize and tune"),
 }
 #: distributions that stand in for a requirement: TensorRT's wheels are also installed per CUDA version without the metapackage

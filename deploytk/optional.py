@@ -69,3 +69,22 @@ def openvino_version() -> str | None:
 def require_openvino(what: str) -> None:
     if openvino_version() is None:
         raise DeploytkError(f"{what} needs OpenVINO, which is not installed.", hint=OPENVINO_INSTALL_HINT)
+
+
+def nncf_version() -> str | None:
+    """NNCF's version if it imports, else None (`deploytk quantize --runtime openvino`)."""
+    try:
+        from importlib import metadata
+
+        return metadata.version("nncf")
+    except Exception:
+        return None
+
+
+def require_nncf(what: str) -> None:
+    require_openvino(what)
+    if nncf_version() is None:
+        raise DeploytkError(
+            f"{what} needs NNCF (OpenVINO's quantizer), which is not installed.",
+            hint="Install it with `pip install 'deploytk[int8]'` (or `pip install nncf`).",
+        )

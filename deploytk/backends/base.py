@@ -44,6 +44,11 @@ class LoadedModel(ABC):
         """How the runtime was set up to run it (threads, hints, providers), for the reports."""
         return {}
 
+    def quantized_choices(self) -> list[str]:
+        """Where an int8 graph quantizes a matching op or its inputs (its choices would be made on int8-rounded values);
+        empty when every discrete choice is computed in fp32, as `deploytk quantize` keeps them."""
+        return []
+
     def activate(self) -> None:  # noqa: B027 (most runtimes need nothing)
         """Acquire what running needs (a TensorRT context); ``run`` happens between activate and deactivate."""
 

@@ -32,9 +32,10 @@ import onnx
 from deploytk.backends.base import Backend, LoadedModel, host_timer, seeded_batch
 from deploytk.errors import DeploytkError
 from deploytk.export.artifacts import Artifact
-from deploytk.export.baseline import baseline_onnx
+from deploytk.export.baseline import baseline_onnx, baseline_path
 from deploytk.export.inline import inline_deploytk_functions
 from deploytk.export.onnx_io import runnable
+from deploytk.ops import MATCHING_OPS
 from deploytk.optional import openvino_version, require_openvino
 from deploytk.progress import SILENT, Progress
 
@@ -79,6 +80,17 @@ def stable_topk(model) -> int:
     return count
 
 
+def fake_quantized_choices(model) -> list[str]:
+    """Nodes of a matching op's inlined body (``ToMeMatch/...``) fed by a FakeQuantize: choices made on int8-rounded
+    inputs. Empty for a model that keeps every discrete choice in fp32 (what `deploytk quantize` writes)."""
+    found = []
+    for node in model.get_ordered_ops():
+        if node.get_friendly_name().split("/", 1)[0] in MATCHING_OPS and "/" in node.get_friendly_name():
+            if any(node.input_value(i).get_node().get_type_name() == "FakeQuantize" for i in range(node.get_input_size())):
+                found.append(node.get_friendly_name())
+    return found
+
+
 class OpenVinoModel(LoadedModel):
     """One ov.Model, compiled for one batch size at a time (static shapes).
 
@@ -118,6 +130,20 @@ class OpenVinoModel(LoadedModel):
     def settings(self) -> dict:
         return {"runtime": f"openvino {openvino_version()}", "device": "CPU", **self.config, "batch": "static, one compiled model per size"}
 
+    def quantized_choices(self) -> list[str]:
+        return fake_quantized_choices(self.model)
+
+
+def dense_ir(artifact: Artifact) -> Path:
+    """The int8 dense baseline `deploytk quantize --runtime openvino` wrote beside the model (DIR/.baseline/dense-<sha>.xml)."""
+    path = baseline_path(artifact).with_suffix(".xml")
+    if not path.is_file() or not path.with_suffix(".bin").is_file():
+        raise DeploytkError(
+            f"{path} is missing: the int8 dense baseline of {artifact.directory} was removed.",
+            hint="Re-run `deploytk quantize` to regenerate the artifact.",
+        )
+    return path
+
 
 class OpenVinoBackend(Backend):
     name = "openvino"
@@ -134,6 +160,8 @@ class OpenVinoBackend(Backend):
         return openvino.Core()
 
     def graph(self, artifact: Artifact) -> tuple[onnx.ModelProto, str | None]:
+        artifact.require_runtime(self.name, ("openvino",))
+        # an int8 artifact runs model.xml; its model.onnx (the fp32 graph it was quantized from) names the tensors to probe
         # what a user deploys: model.inlined.onnx when the export wrote one (checked against the manifest's sha256);
         # else the function-bodied graph, which load() inlines in memory
         self.core()  # a missing OpenVINO is refused before any work
@@ -143,9 +171,17 @@ class OpenVinoBackend(Backend):
         return {"PERFORMANCE_HINT": PERFORMANCE_HINT, "INFERENCE_NUM_THREADS": cpu_threads(), "INFERENCE_PRECISION_HINT": precision_hint}
 
     def compile(self, core, artifact: Artifact, graph: onnx.ModelProto | None = None, path: Path | None = None) -> OpenVinoModel:
-        """``graph`` (inlined here if it has deploytk nodes) or the ONNX file at ``path`` (standard ops only), read by OpenVINO."""
+        """``graph`` (inlined here if it has deploytk nodes) or the ONNX file or IR at ``path`` (standard ops only), read by
+        OpenVINO; for an int8 artifact, its IR with ``graph``'s extra outputs (the probes) added by tensor name."""
         hint, note = inference_precision(core, artifact.precision, str(artifact.directory))
-        if graph is not None:
+        if artifact.ir_path is not None and path is None:
+            model = core.read_model(str(artifact.ir_path))
+            outputs = [o["name"] for o in artifact.manifest["outputs"]]
+            extra = [o.name for o in graph.graph.output if o.name not in outputs] if graph is not None else []
+            if extra:
+                model.add_outputs(extra)
+            outputs += extra
+        elif graph is not None:
             if graph.functions or any(n.domain for n in graph.graph.node):
                 graph = inline_deploytk_functions(graph)
             with runnable(graph) as source:  # bytes, or a temporary file with external data past protobuf's limit
@@ -158,7 +194,11 @@ class OpenVinoBackend(Backend):
 
     def load(self, artifact, batch_sizes, graph=None, progress: Progress = SILENT) -> OpenVinoModel:
         core = self.core()
-        if graph is None and artifact.inlined_path is not None:  # what a user deploys: export --format onnx-inlined
+        artifact.require_runtime(self.name, ("openvino",))
+        if artifact.ir_path is not None:  # `deploytk quantize --runtime openvino`
+            progress.step(f"OpenVINO: reading {artifact.ir_path.name} (int8)")
+            loaded = self.compile(core, artifact, graph)
+        elif graph is None and artifact.inlined_path is not None:  # what a user deploys: export --format onnx-inlined
             progress.step(f"OpenVINO: reading {artifact.inlined_path.name}")
             loaded = self.compile(core, artifact, path=artifact.inlined_path)
         else:
@@ -170,8 +210,11 @@ class OpenVinoBackend(Backend):
 
     def load_for_timing(self, artifact, batch_sizes, progress: Progress = SILENT) -> tuple[OpenVinoModel, OpenVinoModel]:
         merged = self.load(artifact, batch_sizes, progress=progress)
-        progress.step("exporting the unmerged baseline (cached after the first run)")
-        dense = self.compile(merged.core, artifact, path=baseline_onnx(artifact))
+        if artifact.ir_path is not None:  # the dense model quantized the same way, written by `deploytk quantize`
+            dense = self.compile(merged.core, artifact, path=dense_ir(artifact))
+        else:
+            progress.step("exporting the unmerged baseline (cached after the first run)")
+            dense = self.compile(merged.core, artifact, path=baseline_onnx(artifact))
         return merged, dense
 
     def describe(self) -> dict:

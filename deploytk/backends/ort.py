@@ -18,6 +18,7 @@ from deploytk.export.artifacts import Artifact
 from deploytk.export.baseline import baseline_onnx
 from deploytk.export.onnx_export import INPUT_NAME
 from deploytk.export.onnx_io import runnable
+from deploytk.export.probes import choice_inputs_quantized
 from deploytk.progress import SILENT, Progress
 
 #: ONNX Runtime's CUDA provider runs fp32 MatMul/Conv in TF32 by default (10-bit mantissa), far
@@ -56,8 +57,9 @@ def ort_session(path: Path | bytes, backend: str = "ort", spinning: bool = True)
 
 
 class OrtModel(LoadedModel):
-    def __init__(self, session, img_size, emulation: str | None = None):
+    def __init__(self, session, img_size, emulation: str | None = None, graph: onnx.ModelProto | None = None):
         self.session = session
+        self.graph = graph
         self.img_size = tuple(img_size)
         self.emulation = emulation
         self.output_names = [o.name for o in session.get_outputs()]
@@ -67,6 +69,9 @@ class OrtModel(LoadedModel):
 
     def timer(self, batch_size):
         return host_timer(lambda x: self.session.run(None, {INPUT_NAME: x}), seeded_batch(batch_size, self.img_size))
+
+    def quantized_choices(self) -> list[str]:
+        return choice_inputs_quantized(self.graph) if self.graph is not None else []
 
     def settings(self) -> dict:
         options = self.session.get_session_options()
@@ -87,6 +92,7 @@ class OrtBackend(Backend):
         return "cuda" if self.name == "ort-cuda" else "cpu"
 
     def graph(self, artifact: Artifact) -> tuple[onnx.ModelProto, str | None]:
+        artifact.require_runtime(self.name, ("ort", "trt"))  # a trt Q/DQ graph runs here as the check of its numbers
         proto = onnx.load(str(artifact.onnx_path))
         if self.device() == "cpu" and artifact.precision == "bf16":  # the CPU provider has no bf16 kernels
             return emulate_bf16(proto), EMULATION_NOTE
@@ -98,9 +104,10 @@ class OrtBackend(Backend):
             graph, emulation = self.graph(artifact)
         with runnable(graph) as source:  # bytes, or a temporary file with external data past protobuf's limit
             session = ort_session(source, self.name)
-        return OrtModel(session, artifact.img_size, emulation)
+        return OrtModel(session, artifact.img_size, emulation, graph)
 
     def load_for_timing(self, artifact, batch_sizes, progress: Progress = SILENT) -> tuple[OrtModel, OrtModel]:
+        artifact.require_runtime(self.name, ("ort", "trt"))
         if self.device() == "cpu" and artifact.precision == "bf16":
             raise DeploytkError(
                 f"{artifact.directory} is a bf16 graph, and ONNX Runtime's CPU provider has no bf16 kernels: its latency cannot be "

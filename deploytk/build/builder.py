@@ -51,6 +51,7 @@ def build_engine(directory: Path, options: BuildOptions, progress: Progress = SI
     import tensorrt as trt  # optional: guarded above
 
     artifact = Artifact.open(directory)  # also checks model.onnx against its sha256
+    artifact.require_runtime("trt", ("trt",))  # an ort int8 graph has uint8 activations, which TensorRT does not take
     directory, manifest = artifact.directory, artifact.manifest
     gpu, capability = gpu_identity()
     exported = onnx.load(str(artifact.onnx_path))

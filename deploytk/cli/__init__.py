@@ -1,6 +1,6 @@
 """deploytk: deploy token-reducing Vision Transformers to ONNX Runtime and TensorRT.
 
-Commands: export | validate | profile | tune | inspect | visualize | methods | calibrate | eval | build | package | selftest
+Commands: export | quantize | validate | profile | tune | inspect | visualize | methods | calibrate | eval | build | package | selftest
 | plugins compile | doctor. Each parses its options, calls one library function and prints the
 result (``render``). Every command exits 0 on success; a DeploytkError prints one paragraph to stderr and exits
 2 (validate and selftest exit 1 when their check fails). ``--json`` prints exactly one JSON
@@ -34,6 +34,7 @@ from deploytk.ops.selftest import run_selftest
 from deploytk.package import DEFAULT_ONNX_MAX_BATCH, package_triton
 from deploytk.profile.profiler import parse_batch_sizes
 from deploytk.profile.profiler import profile as run_profile
+from deploytk.quantize import DEFAULT_CALIBRATION_IMAGES, run_quantize
 from deploytk.tune import PERCENTILES
 from deploytk.tune import tune as run_tune
 from deploytk.validate.validator import PRECISION_TOLERANCES, run_validation
@@ -111,6 +112,35 @@ def export(
     with RichProgress() as progress:
         manifest = run_export(cfg, output, progress, fmt, force=force)
     render.export(cfg, output, manifest, json_out)
+
+
+@app.command()
+@handle_errors
+def quantize(
+    directory: Path = typer.Argument(..., help="fp32 artifact directory written by `deploytk export`."),
+    runtime: str = typer.Option(
+        ...,
+        help="openvino (NNCF, OpenVINO IR) | ort (ONNX Runtime QDQ) | trt (Q/DQ in TensorRT's explicit-quantization rules; "
+        "checked on ONNX Runtime here).",
+    ),
+    data: Path | None = typer.Option(None, "--data", help="Folder of real calibration images (recursively), e.g. your training split."),
+    synthetic: int | None = typer.Option(None, "--synthetic", help="Calibrate on N seeded noise images instead (no real ranges)."),
+    num_images: int = typer.Option(DEFAULT_CALIBRATION_IMAGES, help="Calibration images taken from --data."),
+    output: Path | None = typer.Option(None, help="New artifact directory (default: DIR-int8-RUNTIME beside DIR)."),
+    force: bool = typer.Option(False, "--force", help="OUTPUT is an earlier artifact that also holds other files: keep them."),
+    json_out: bool = JSON,
+):
+    """Quantize an export to INT8 for one runtime: a new artifact (model + int8 dense baseline + manifest) that validate,
+    profile, eval, tune and package take like any other.
+
+    Only the ops with weights become int8; the merge / selection choices, their inputs, attention products, softmax and
+    norms stay fp32. Written atomically; bad input is refused before anything is written.
+    """
+    with RichProgress(not json_out) as progress:
+        manifest = run_quantize(
+            directory, runtime, output=output, data=data, synthetic=synthetic, num_images=num_images, force=force, progress=progress
+        )
+    render.quantization(directory, output, manifest, json_out)
 
 
 @app.command()

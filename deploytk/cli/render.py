@@ -114,9 +114,12 @@ def validation(directory: Path, report, tol, real_images: bool, json_out: bool) 
     title = f"{directory}: {report.backend} ({report.precision}) vs fp32 PyTorch reference ({report.num_images} images)"
     table = _table(title, ("metric", "value", "tolerance"))
     what = {"logits": "logit", "patch_features": "patch feature", "tokens": "token feature"}.get(report.output_kind, "embedding")
-    table.add_row(f"max |{what} diff|", f"{report.max_abs_diff:.3e}", f"<= {tol.atol:g} + {tol.rtol:g}*|ref|")
+    bound = "reported, not judged (int8)" if report.choices is not None else f"<= {tol.atol:g} + {tol.rtol:g}*|ref|"
+    table.add_row(f"max |{what} diff|", f"{report.max_abs_diff:.3e}", bound)
     table.add_row(f"max diff / max |{what}|", f"{report.max_rel_diff:.3e}", "")
-    table.add_row("min cosine similarity", f"{report.cosine_similarity_min:.7f}", f">= {tol.min_cosine}")
+    int8 = report.choices is not None
+    table.add_row("min cosine similarity", f"{report.cosine_similarity_min:.7f}", "" if int8 else f">= {tol.min_cosine}")
+    table.add_row("mean cosine similarity", f"{report.cosine_similarity_mean:.7f}", f">= {tol.min_cosine}" if int8 else "")
     if report.top1_agreement is None:
         table.add_row("top-1 agreement", f"n/a ({report.output_kind} output, no classes)", "")
     else:
@@ -126,6 +129,8 @@ def validation(directory: Path, report, tol, real_images: bool, json_out: bool) 
     out_console.print(table)
     if report.emulation:
         out_console.print(f"[yellow]note:[/] {report.emulation}.")
+    if report.choices is not None:
+        _int8_choices(report)
     if report.top1_flips:
         _top1_flips(report)
     if report.branch_flips:
@@ -137,6 +142,21 @@ def validation(directory: Path, report, tol, real_images: bool, json_out: bool) 
             )
     failed = ", ".join(k for k, v in report.checks.items() if not v)
     out_console.print("[bold green]PASS[/]" if report.passed else f"[bold red]FAIL[/]: {failed}")
+
+
+def _int8_choices(report) -> None:
+    c = report.choices
+    out_console.print(
+        f"int8: {c.get('images_with_other_choices', 0)} of {report.num_images} images merge or select differently from the fp32 "
+        "reference (their metric and scores come from int8 projections); "
+        + (
+            "every choice is the op's own on the runtime's inputs"
+            if not c.get("unreproduced")
+            else f"[red]{len(c['unreproduced'])} choices are not the op's own[/] (first: {c['unreproduced'][0]})"
+        )
+        + ("" if not c["quantized_inputs"] else f"; [red]quantized matching inputs[/]: {', '.join(c['quantized_inputs'][:3])}")
+        + "."
+    )
 
 
 def _top1_flips(report) -> None:
@@ -428,6 +448,22 @@ def package(report: dict, json_out: bool) -> None:
         )
     out_console.print(
         f"  serve: tritonserver --model-repository={report['repository']}   (docker command and a client: {report['model_dir']}/README.md)"
+    )
+
+
+def quantization(directory: Path, output: Path | None, manifest: dict, json_out: bool) -> None:
+    if json_out:
+        return emit_json(manifest)
+    q = manifest["quantization"]
+    where = q["source"]["directory"]
+    target = output or Path(where).parent / f"{Path(where).name}-int8-{q['runtime']}"
+    calibration = q["calibration"]
+    data = "synthetic noise" if calibration["source"] == "synthetic" else calibration["source"]
+    ops = ", ".join(f"{k} {v}" for k, v in q["quantized_ops"].items())
+    out_console.print(
+        f"[green]quantized[/] {directory} -> {target} (int8 for {q['runtime']}, {q['tool']}, {q['seconds']} s)\n"
+        f"  calibration: {calibration['images']} images from {data}\n  int8 ops: {ops}\n  kept fp32: {q['kept_fp32']}\n"
+        f"  next: deploytk validate {target} --backend {q['backend']}"
     )
 
 

@@ -25,6 +25,9 @@ BASELINE_ENGINE_FILE = "baseline.engine"
 ENGINE_MANIFEST_FILE = "engine.json"
 #: the unmerged baseline's cache (export/baseline.py): dense-<sha>.onnx files
 BASELINE_DIR = ".baseline"
+#: `deploytk quantize --runtime openvino`: the quantized graph as OpenVINO IR (model.onnx stays the fp32 graph it came from)
+IR_FILE = "model.xml"
+IR_WEIGHTS_FILE = "model.bin"
 
 
 def _artifact_files(directory: Path) -> set[str] | None:
@@ -36,9 +39,11 @@ def _artifact_files(directory: Path) -> set[str] | None:
     if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
         return None
     baseline = directory / BASELINE_DIR
-    cached = {f"{BASELINE_DIR}/{p.name}" for p in baseline.glob("dense-*.onnx*")} if baseline.is_dir() else set()
+    cached = {f"{BASELINE_DIR}/{p.name}" for p in baseline.glob("dense-*")} if baseline.is_dir() else set()
     models = {MODEL_FILE, INLINED_MODEL_FILE}
-    return {MANIFEST_FILE, ENGINE_FILE, BASELINE_ENGINE_FILE, ENGINE_MANIFEST_FILE} | models | {data_file_name(m) for m in models} | cached
+    ir = {IR_FILE, IR_WEIGHTS_FILE}
+    data = {data_file_name(m) for m in models}
+    return {MANIFEST_FILE, ENGINE_FILE, BASELINE_ENGINE_FILE, ENGINE_MANIFEST_FILE} | models | data | ir | cached
 
 
 #: an export folder, as `deploytk export --output` claims it (deploytk.files: the rule for every output)
@@ -146,7 +151,45 @@ class Artifact:
 
     @property
     def precision(self) -> str:
+        """export.precision: the float precision of what is not quantized (fp32 for every `deploytk quantize` artifact)."""
         return self.manifest["config"].get("export", {}).get("precision", "fp32")
+
+    @property
+    def quantization(self) -> dict | None:
+        """What `deploytk quantize` recorded (``runtime``: openvino, ort or trt; tool, settings, calibration); None for an export."""
+        return self.manifest.get("quantization")
+
+    @property
+    def numerics(self) -> str:
+        """What the reports and the tolerances go by: ``int8`` for a quantized artifact, else the precision."""
+        return "int8" if self.quantization else self.precision
+
+    def require_runtime(self, backend: str, runs: tuple[str, ...]) -> None:
+        """Refuse a quantized artifact made for another runtime than ``runs`` (what backend ``backend`` runs)."""
+        quantized = self.quantization
+        if quantized and quantized["runtime"] not in runs:
+            made = quantized.get("backend", quantized["runtime"])
+            raise DeploytkError(
+                f"{self.directory} was quantized for {quantized['runtime']} (`deploytk quantize --runtime {quantized['runtime']}`); "
+                f"--backend {backend} does not run that graph.",
+                hint=f"Use --backend {made}, or quantize the fp32 export for this runtime: "
+                f"`deploytk quantize {quantized['source']['directory']} --runtime ...`.",
+            )
+
+    @cached_property
+    def ir_path(self) -> Path | None:
+        """model.xml (+ model.bin) of an OpenVINO-quantized artifact, checked against the manifest's sha256; else None."""
+        record = self.manifest.get("openvino_ir")
+        if not record:
+            return None
+        weights = record["weights"]
+        files = [(self.directory / record["file"], record["sha256"]), (self.directory / weights["file"], weights["sha256"])]
+        if any(not p.is_file() or sha256_file(p) != sha for p, sha in files):
+            raise DeploytkError(
+                f"{files[0][0]} or its weights are missing or do not match the manifest: the files were changed after quantization.",
+                hint="Re-run `deploytk quantize` to regenerate the artifact.",
+            )
+        return files[0][0]
 
     def require_exported_from(self, cfg: DeployConfig, config_name: str, img_size) -> None:
         """Refuse an export (``--artifacts``) of another model, method, schedule, image size or weights than ``cfg``."""

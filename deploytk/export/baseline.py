@@ -11,6 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
+from deploytk.errors import DeploytkError
 from deploytk.export.artifacts import BASELINE_DIR, Artifact
 from deploytk.export.onnx_export import export_model
 from deploytk.files import atomic_file
@@ -29,10 +30,21 @@ def dense_model(merged: MergedViT, precision: str):
     return dense if precision == "fp32" else to_precision(dense, precision)
 
 
+def baseline_path(artifact: Artifact) -> Path:
+    """DIR/.baseline/dense-<sha of model.onnx>.onnx, where the unmerged baseline of this model.onnx lives."""
+    return artifact.directory / BASELINE_DIR / f"dense-{artifact.manifest['onnx']['sha256'][:16]}.onnx"
+
+
 def baseline_onnx(artifact: Artifact, merged: MergedViT | None = None) -> Path:
-    """DIR/.baseline/dense-<sha>.onnx: the unmerged model exported by torch.onnx (cached)."""
+    """DIR/.baseline/dense-<sha>.onnx: the unmerged model exported by torch.onnx (cached); for an int8 artifact of ONNX
+    Runtime or TensorRT, the dense model `deploytk quantize` quantized the same way (never re-exported)."""
     manifest = artifact.manifest
-    cache = artifact.directory / BASELINE_DIR / f"dense-{manifest['onnx']['sha256'][:16]}.onnx"
+    cache = baseline_path(artifact)
+    if not cache.is_file() and artifact.quantization:
+        raise DeploytkError(
+            f"{cache} is missing: the int8 dense baseline of {artifact.directory} was removed.",
+            hint="Re-run `deploytk quantize` to regenerate the artifact.",
+        )
     if not cache.is_file():
         cfg = artifact.config
         merged = merged if merged is not None else build_reference(cfg)

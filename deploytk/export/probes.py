@@ -59,3 +59,16 @@ def with_matching_outputs(model: Path | onnx.ModelProto, matching_from: Path | N
                 model.graph.output.append(onnx.helper.make_tensor_value_info(name, elem, None))
                 outputs.add(name)
     return model, probes
+
+
+def choice_inputs_quantized(model: onnx.ModelProto) -> list[str]:
+    """The matching nodes of a quantized (QDQ) graph whose inputs come through a DequantizeLinear: their choices would
+    be made on int8-rounded metrics or scores. Empty for a graph that keeps every discrete choice in fp32."""
+    dequantized = {o for n in model.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
+    return [
+        f"{n.op_type} {n.name} (input {name})"
+        for n in model.graph.node
+        if n.domain == DOMAIN and n.op_type in MATCHING_OPS
+        for name in n.input
+        if name in dequantized
+    ]

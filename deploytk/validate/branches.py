@@ -163,3 +163,39 @@ def _reproduces(spec, args, rows, backend_inputs, backend_dest) -> bool:
         if choose(t * (1 + ROUNDING_PERTURBATION * torch.randn(t.shape, generator=gen)) if t.is_floating_point() else t for t in rows):
             return True
     return False
+
+
+def choices_reproduced(reference, probes: list[Probe], batches: list[np.ndarray], backend_outputs: list[dict]) -> dict:
+    """Is every choice the backend made the op's own choice on the inputs the backend fed it?
+
+    An int8 graph moves the metric and the scores (they are computed from int8 projections), so its choices differ from
+    the fp32 reference's on most images, and that is no error; a choice the PyTorch op does not make from the backend's
+    own inputs (nor from them perturbed at float32 rounding, nor by the op's near-tie proof) means the choice itself was
+    computed wrongly: a quantized similarity or score inside the op. Returns how many images chose differently from the
+    reference and the choices not reproduced (image, op, call, tokens that differ).
+    """
+    changed, unreproduced, start = set(), [], 0
+    for batch, values in zip(batches, backend_outputs, strict=True):
+        _, ref_calls = _run_reference(reference, batch)
+        if len(ref_calls) != len(probes):
+            raise RuntimeError(f"the reference made {len(ref_calls)} matching calls, the ONNX graph has {len(probes)}")
+        for k, (probe, (op_name, args, ref_dest)) in enumerate(zip(probes, ref_calls, strict=True)):
+            spec = spec_for(op_name)
+            backend_dest = values[probe.dest]
+            tensors = [torch.from_numpy(np.ascontiguousarray(values[n])) for n in probe.inputs]
+            it = iter(tensors)
+            own = spec.torch_op(*[next(it) if isinstance(a, torch.Tensor) else a for a in args]).numpy()
+            batched = [layout.batched for layout in spec.inputs]
+            for j in range(len(batch)):
+                if not np.array_equal(backend_dest[j], ref_dest[j].numpy()):
+                    changed.add(start + j)
+                if np.array_equal(own[j], backend_dest[j]):
+                    continue
+                rows = [values[n][j : j + 1] if b else values[n] for n, b in zip(probe.inputs, batched, strict=True)]
+                row_args = [torch.from_numpy(np.ascontiguousarray(r)) for r in rows]
+                if not _reproduces(spec, args, row_args, rows, backend_dest[j]):
+                    unreproduced.append(
+                        {"image": start + j, "op": probe.op, "call": k, "tokens_differing": int((own[j] != backend_dest[j]).sum())}
+                    )
+        start += len(batch)
+    return {"images_with_other_choices": len(changed), "unreproduced": unreproduced}
