@@ -108,6 +108,7 @@ def package_triton(
         raise DeploytkError(f"--max-batch {max_batch}: must be an int >= 1 (Triton's max_batch_size for a batching model).")
     progress.step("checking the artifact")
     artifact = Artifact.open(directory)  # model.onnx must match its manifest's sha256
+    artifact.require_runtime("package --triton (Triton's onnxruntime backend)", ("ort", "trt"))  # an int8 IR is not model.onnx
     model_name = _model_name(name, artifact.directory)
     repository = Path(repository)
     target = claim_directory(repository / model_name, TRITON_MODEL, option="--triton/--name", force=force)

@@ -160,7 +160,7 @@ class OpenVinoBackend(Backend):
         return openvino.Core()
 
     def graph(self, artifact: Artifact) -> tuple[onnx.ModelProto, str | None]:
-        artifact.require_runtime(self.name, ("openvino",))
+        artifact.require_runtime(f"--backend {self.name}", ("openvino",))
         # an int8 artifact runs model.xml; its model.onnx (the fp32 graph it was quantized from) names the tensors to probe
         # what a user deploys: model.inlined.onnx when the export wrote one (checked against the manifest's sha256);
         # else the function-bodied graph, which load() inlines in memory
@@ -194,7 +194,7 @@ class OpenVinoBackend(Backend):
 
     def load(self, artifact, batch_sizes, graph=None, progress: Progress = SILENT) -> OpenVinoModel:
         core = self.core()
-        artifact.require_runtime(self.name, ("openvino",))
+        artifact.require_runtime(f"--backend {self.name}", ("openvino",))
         if artifact.ir_path is not None:  # `deploytk quantize --runtime openvino`
             progress.step(f"OpenVINO: reading {artifact.ir_path.name} (int8)")
             loaded = self.compile(core, artifact, graph)

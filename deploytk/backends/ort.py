@@ -92,7 +92,7 @@ class OrtBackend(Backend):
         return "cuda" if self.name == "ort-cuda" else "cpu"
 
     def graph(self, artifact: Artifact) -> tuple[onnx.ModelProto, str | None]:
-        artifact.require_runtime(self.name, ("ort", "trt"))  # a trt Q/DQ graph runs here as the check of its numbers
+        artifact.require_runtime(f"--backend {self.name}", ("ort", "trt"))  # a trt Q/DQ graph runs here as the check of its numbers
         proto = onnx.load(str(artifact.onnx_path))
         if self.device() == "cpu" and artifact.precision == "bf16":  # the CPU provider has no bf16 kernels
             return emulate_bf16(proto), EMULATION_NOTE
@@ -107,7 +107,7 @@ class OrtBackend(Backend):
         return OrtModel(session, artifact.img_size, emulation, graph)
 
     def load_for_timing(self, artifact, batch_sizes, progress: Progress = SILENT) -> tuple[OrtModel, OrtModel]:
-        artifact.require_runtime(self.name, ("ort", "trt"))
+        artifact.require_runtime(f"--backend {self.name}", ("ort", "trt"))
         if self.device() == "cpu" and artifact.precision == "bf16":
             raise DeploytkError(
                 f"{artifact.directory} is a bf16 graph, and ONNX Runtime's CPU provider has no bf16 kernels: its latency cannot be "

@@ -169,9 +169,13 @@ def _top1_flips(report) -> None:
     more = " ..." if len(flips) > 5 else ""
     out_console.print(f"top-1 flips (image, reference->backend class, reference logit margin): {shown}{more}")
     if report.top1_flips_within_tolerance:
+        why = (
+            "the two classes' reference logits are within 2 x atol of each other"
+            if report.choices is not None  # int8: the element-wise error is not judged, the margin alone decides
+            else "every logit is within atol/rtol and the two classes are closer in the reference than the tolerance lets either move"
+        )
         out_console.print(
-            f"[yellow]note:[/] {report.top1_flips_within_tolerance} of {len(flips)} flip(s) are within tolerance: every logit "
-            "is within atol/rtol and the two classes are closer in the reference than the tolerance lets either move "
+            f"[yellow]note:[/] {report.top1_flips_within_tolerance} of {len(flips)} flip(s) are within tolerance: {why} "
             "(near-tied logits, typical of random weights). They are reported, not counted against --min-top1; "
             "validate a real checkpoint with --images DIR for a representative top-1 agreement."
         )

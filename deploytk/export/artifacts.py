@@ -164,15 +164,15 @@ class Artifact:
         """What the reports and the tolerances go by: ``int8`` for a quantized artifact, else the precision."""
         return "int8" if self.quantization else self.precision
 
-    def require_runtime(self, backend: str, runs: tuple[str, ...]) -> None:
-        """Refuse a quantized artifact made for another runtime than ``runs`` (what backend ``backend`` runs)."""
+    def require_runtime(self, what: str, runs: tuple[str, ...]) -> None:
+        """Refuse a quantized artifact made for another runtime than ``runs`` (the int8 graphs ``what`` takes)."""
         quantized = self.quantization
         if quantized and quantized["runtime"] not in runs:
             made = quantized.get("backend", quantized["runtime"])
             raise DeploytkError(
                 f"{self.directory} was quantized for {quantized['runtime']} (`deploytk quantize --runtime {quantized['runtime']}`); "
-                f"--backend {backend} does not run that graph.",
-                hint=f"Use --backend {made}, or quantize the fp32 export for this runtime: "
+                f"{what} does not run that graph.",
+                hint=f"Run it with --backend {made}, or quantize the fp32 export for this runtime: "
                 f"`deploytk quantize {quantized['source']['directory']} --runtime ...`.",
             )
 

@@ -52,11 +52,13 @@ class Tolerances:
 #: DeiT-S weights, see the README), the element-wise bounds only catch gross errors, and any number of images may choose
 #: differently (max_branch_flips 1.0), provided every choice is the op's own on the runtime's inputs and no matching op
 #: or input of one is quantized (two checks only int8 artifacts get).
-#: The element-wise error is reported, not judged; atol / rtol only decide which top-1 flips are near-ties of logits
-#: (random weights' logits are nearly equal). The cosine judged is the mean over images: on a small model a few
-#: low-confidence images swing far under int8 (digits ViT, ToMe r=4, 256 held-out images: min 0.65-0.70, top-1
-#: agreement 98%; DeiT-S ToMe r=16, random weights, synthetic images: min 0.992).
-INT8_ATOL, INT8_RTOL, INT8_MIN_COSINE, INT8_MIN_TOP1 = 0.1, 0.1, 0.95, 0.9
+#: The element-wise error is reported, not judged; atol alone decides which top-1 flips are near-ties of logits: two
+#: classes whose reference logits are within 2 * atol (random weights' logits are nearly equal: DeiT-S ToMe r=16 int8
+#: on 64 synthetic images flips 5 of them, at reference margins 0.02-0.08, mean |logit error| 0.03; the trained digits
+#: ViT's int8 flips are at margins 0.49-1.26, and count). The cosine judged is the mean over images: on a small model
+#: a few low-confidence images swing far under int8 (digits ViT, ToMe r=4, 256 held-out images: min 0.65-0.70, mean
+#: 0.996, top-1 agreement 98%; DeiT-S ToMe r=16, random weights, synthetic images: min 0.992).
+INT8_ATOL, INT8_RTOL, INT8_MIN_COSINE, INT8_MIN_TOP1 = 0.1, 0.0, 0.95, 0.9
 
 #: Default tolerances per export.precision (the reference is always fp32). fp16 keeps ~11
 #: significant bits, bf16 ~8: logits move by ~1e-3 resp. ~1e-2 of their scale, so the
@@ -174,12 +176,15 @@ def failing_images(reference: list[np.ndarray], candidate: list[np.ndarray], tol
     return [int(i) for i in np.flatnonzero((diff.reshape(n, -1).max(-1) > tol.atol) & (rel.reshape(n, -1).max(-1) > tol.rtol))]
 
 
-def judge_top1_flips(metrics: dict, reference: list[np.ndarray], candidate: list[np.ndarray], tol: Tolerances) -> None:
+def judge_top1_flips(
+    metrics: dict, reference: list[np.ndarray], candidate: list[np.ndarray], tol: Tolerances, elementwise: bool = True
+) -> None:
     """Mark each top-1 flip ``within_tolerance`` when every logit of the image is within atol/rtol and the
     reference's margin between the two classes is one the tolerance lets noise close (``near_tied_logits``):
     such a flip is reported but the element-wise check has already judged it, so it is not counted
-    against ``--min-top1``. Adds ``top1_flips_within_tolerance`` and ``top1_agreement_counted``."""
-    outside = set(failing_images(reference, candidate, tol))
+    against ``--min-top1``. ``elementwise=False`` (int8, where the element-wise error is not judged): the margin alone
+    decides. Adds ``top1_flips_within_tolerance`` and ``top1_agreement_counted``."""
+    outside = set(failing_images(reference, candidate, tol)) if elementwise else set()
     for flip in metrics["top1_flips"]:
         flip["within_tolerance"] = flip["image"] not in outside and near_tied_logits(flip, tol)
     tolerated = sum(f["within_tolerance"] for f in metrics["top1_flips"])
@@ -229,7 +234,7 @@ def validate(
     backend_out = [it[name] for it in out_iters]
     classes = artifact.output_kind == "logits"
     metrics = compare_outputs(ref_out, backend_out, classes)
-    judge_top1_flips(metrics, ref_out, backend_out, tol)
+    judge_top1_flips(metrics, ref_out, backend_out, tol, elementwise=not artifact.quantization)
     flips, same_branch = [], None
     failing = failing_images(ref_out, backend_out, tol)
     choices = None

@@ -166,11 +166,24 @@ def test_openvino_int8_validates_and_profiles_against_dense_int8(digits):
     assert row["latency_ms"]["p50"] > 0 and row["dense"]["latency_ms"]["p50"] > 0 and row["speedup_vs_dense"] > 0
     with pytest.raises(DeploytkError, match=r"quantized for openvino .* --backend ort does not run that graph"):
         validate(out, "ort", None, Tolerances.for_precision("int8"))
+    from deploytk.package import package_triton
+
+    repo = digits / "repo"
+    with pytest.raises(DeploytkError, match=r"quantized for openvino .* package --triton \(Triton's onnxruntime backend\) does not run"):
+        package_triton(out, repo)
+    assert not repo.exists()
 
 
 def test_the_ort_int8_artifact_is_refused_by_openvino_and_tensorrt_builds(ort_int8):
     with pytest.raises(DeploytkError, match=r"quantized for ort .* --backend openvino does not run that graph"):
         validate(ort_int8, "openvino", None, Tolerances.for_precision("int8"))
+    from deploytk.build.builder import build_engine
+    from deploytk.build.options import build_options
+
+    before = snapshot(ort_int8)
+    with pytest.raises(DeploytkError, match=r"quantized for ort .* deploytk build \(TensorRT\) does not run that graph.*--runtime"):
+        build_engine(ort_int8, build_options("1,8,8"))
+    assert snapshot(ort_int8) == before
 
 
 @pytest.mark.parametrize(
@@ -230,3 +243,26 @@ def test_openvino_with_the_similarity_quantized_fails_though_cosine_and_top1_pas
     assert report.checks["int8: no matching op or input of one is quantized"] is False
     assert report.checks["int8: every choice is the op's own on the runtime's inputs"] is False
     assert report.choices["unreproduced"] and all(u["op"] == "ToMeMatch" for u in report.choices["unreproduced"])
+
+
+def test_cli_quantize_json_is_one_object_and_errors_exit_2(digits, tmp_path):
+    from typer.testing import CliRunner
+
+    from deploytk.cli import app
+
+    runner = CliRunner()
+    out = tmp_path / "cli-int8"
+    result = runner.invoke(app, ["quantize", str(digits / "tome"), "--runtime", "trt", "--synthetic", "8", "--output", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads(result.stdout)  # nothing else on stdout
+    assert manifest["quantization"]["runtime"] == "trt" and manifest["quantization"]["backend"] == "ort"
+    assert manifest["quantization"]["calibration"] | {"sha256": None} == {
+        "source": "synthetic",
+        "images": 8,
+        "seed": 1,
+        "distribution": "standard normal",
+        "sha256": None,
+    }
+    result = runner.invoke(app, ["quantize", str(digits / "tome"), "--runtime", "trt", "--output", str(tmp_path / "none")])
+    assert result.exit_code == 2 and "needs calibration data" in result.stderr
+    assert not (tmp_path / "none").exists()
