@@ -339,6 +339,8 @@ def _readme(
     method = manifest.get("method", {}).get("name", cfg.get("merge", {}).get("method", "?"))
     onnx_info = manifest.get("onnx", {})
     precision = onnx_info.get("precision", artifact.precision)
+    if artifact.quantization:  # `deploytk quantize`: int8 weight ops, the rest in the export's precision
+        precision = f"int8 ({artifact.quantization['tool']}, {artifact.quantization['runtime']} rules), the rest {precision}"
     io_rows = [f"| input | `{t.name}` | `{t.triton_dtype}` | `[{', '.join(map(str, t.dims))}]` |" for t in inputs]
     io_rows += [f"| output | `{t.name}` | `{t.triton_dtype}` | `[{', '.join(map(str, t.dims))}]` |" for t in outputs]
     if engine:

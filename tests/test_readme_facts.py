@@ -66,7 +66,7 @@ def test_the_cli_table_lists_the_backends():
 
 def test_the_install_table_lists_the_extras():
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    listed = re.findall(r"^\| `deploytk\[([a-z]+)\]`", README, flags=re.M)
+    listed = re.findall(r"^\| `deploytk\[([a-z0-9]+)\]`", README, flags=re.M)
     assert listed and sorted(listed) == sorted(extras)
 
 
@@ -90,4 +90,12 @@ def test_the_multiscale_table_is_what_its_command_prints():
     from benchmarks.multiscale_vs_paper import markdown
 
     result = json.loads((ROOT / "benchmarks" / "results" / "multiscale_vs_paper.json").read_text())
+    assert markdown(result) in README
+
+
+def test_the_int8_table_is_what_its_command_prints():
+    """The README's int8 table is `benchmarks/int8.py --markdown` of the committed JSON."""
+    from benchmarks.int8 import markdown
+
+    result = json.loads((ROOT / "benchmarks" / "results" / "int8_amd_epyc.json").read_text())
     assert markdown(result) in README

@@ -72,7 +72,7 @@ def profile(
         "method": manifest["config"]["merge"]["method"],
         "r": manifest["config"]["merge"].get("r"),  # None for the keep-rate methods (their manifests have no merge.r)
         "method_options": manifest["method"]["options"],
-        "precision": artifact.precision,
+        "precision": artifact.numerics,
         "gflops": manifest["gflops"],
         "dense_gflops": manifest["dense_gflops"],
         "device": backend.describe(),
