@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.common import RESULTS, write_result  # noqa: E402
 from deploytk.config import apply_overrides, load_config  # noqa: E402
 from deploytk.data import folder_batches  # noqa: E402
+from deploytk.errors import DeploytkError  # noqa: E402
 from deploytk.evaluate.accuracy import exported_accuracy, scan_image_folder  # noqa: E402
 from deploytk.evaluate.digits import write_digits_imagefolder  # noqa: E402
 from deploytk.export.pipeline import run_export  # noqa: E402
@@ -71,7 +72,12 @@ def measure(path: Path, folder: Path, digits: Path, calibration: int) -> dict | 
     for runtime in INT8:
         out = folder / f"{path.stem}-int8-{runtime}"
         t0 = time.perf_counter()
-        run_quantize(fp32, runtime, data=digits / "train", num_images=calibration, output=out)
+        try:
+            run_quantize(fp32, runtime, data=digits / "train", num_images=calibration, output=out)
+        except DeploytkError as err:  # a refusal is a result: the table says which config a runtime cannot take, and why
+            row["top1"][f"int8_{runtime}"] = None
+            row["validate"][runtime] = {"refused": str(err)}
+            continue
         row["quantize_seconds"][runtime] = round(time.perf_counter() - t0, 1)
         backend = QUANTIZERS[runtime].backend
         row["top1"][f"int8_{runtime}"] = exported_accuracy(out, val, backend=backend)["top1"]
@@ -94,11 +100,11 @@ def markdown(result: dict) -> str:
     ]
     for r in result["configs"]:
         t = r["top1"]
-        checks = " / ".join("pass" if r["validate"][rt]["passed"] else "FAIL" for rt in INT8)
-        lines.append(
-            f"| `{r['config']}` | {r['method']} | {r['gflops']:.4f} | {100 * t['fp32_ort']:.2f}% | {100 * t['int8_ort']:.2f}% "
-            f"| {100 * t['int8_openvino']:.2f}% | {checks} |"
+        checks = " / ".join(
+            "refused" if "refused" in r["validate"][rt] else "pass" if r["validate"][rt]["passed"] else "FAIL" for rt in INT8
         )
+        cells = [f"{100 * t[k]:.2f}%" if t[k] is not None else "refused" for k in ("fp32_ort", "int8_ort", "int8_openvino")]
+        lines.append(f"| `{r['config']}` | {r['method']} | {r['gflops']:.4f} | {' | '.join(cells)} | {checks} |")
     return "\n".join(lines)
 
 

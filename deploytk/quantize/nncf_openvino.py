@@ -74,6 +74,13 @@ def quantize_openvino(source: Path, target: Path, batches: list[np.ndarray], kee
     with runnable(proto) as data:
         model = core.read_model(io.BytesIO(data) if isinstance(data, bytes) else data)
     stable_topk(model)
+    loops = sorted({node.get_friendly_name().split("/", 1)[0] for node in model.get_ordered_ops() if node.get_type_name() == "Loop"})
+    if loops:  # NNCF 3.4's OpenVINO graph builder looks for a Loop's body nodes in the outer graph and stops
+        raise DeploytkError(
+            f"NNCF cannot quantize this graph: it has Loop ops ({', '.join(loops)}), whose bodies NNCF's OpenVINO graph "
+            'builder does not take ("Could not find a node ... in NNCFGraph").',
+            hint="Quantize it for ONNX Runtime instead (`--runtime ort`), or choose a method without iterative rounds.",
+        )
     kept = _activation_matmuls(model)
     patterns = [f"^{op}/.*" for op in ops]
     if not keep_choices_fp32:

@@ -266,3 +266,14 @@ def test_cli_quantize_json_is_one_object_and_errors_exit_2(digits, tmp_path):
     result = runner.invoke(app, ["quantize", str(digits / "tome"), "--runtime", "trt", "--output", str(tmp_path / "none")])
     assert result.exit_code == 2 and "needs calibration data" in result.stderr
     assert not (tmp_path / "none").exists()
+
+
+def test_openvino_refuses_a_graph_with_loops_naming_the_op(tmp_path):
+    """KMedoidsSelect's clustering rounds are an ONNX Loop, which NNCF's OpenVINO graph builder cannot take: refused
+    with the op's name and the way out, nothing written."""
+    pytest.importorskip("nncf")
+    source = export_config("digits_vit_kmedoids_k70", tmp_path / "kmedoids")
+    before = snapshot(source)
+    with pytest.raises(DeploytkError, match=r"Loop ops \(KMedoidsSelect\).*--runtime ort"):
+        run_quantize(source, "openvino", synthetic=4, output=tmp_path / "out")
+    assert not (tmp_path / "out").exists() and snapshot(source) == before
