@@ -123,6 +123,7 @@ def run_quantize(
     quantizer.require()
     source = Artifact.open(directory)
     check_source(source)
+    quantizer.check(source)
     output = Path(output) if output is not None else default_output(source.directory, runtime)
     if output.resolve() == source.directory.resolve():
         raise DeploytkError(f"--output {output} is the source artifact itself.", hint="Write the int8 artifact to a new folder.")

@@ -22,6 +22,9 @@ class Quantizer(ABC):
     def require(self) -> None:  # noqa: B027 (most need nothing beyond deploytk's own dependencies)
         """Refuse, before any work, when the tool is not installed."""
 
+    def check(self, source: Artifact) -> None:  # noqa: B027 (most take every export)
+        """Refuse, before any work, an export this tool cannot quantize."""
+
     @abstractmethod
     def tool(self) -> str:
         """The tool and its version, for the manifest."""

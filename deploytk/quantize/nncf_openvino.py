@@ -74,13 +74,6 @@ def quantize_openvino(source: Path, target: Path, batches: list[np.ndarray], kee
     with runnable(proto) as data:
         model = core.read_model(io.BytesIO(data) if isinstance(data, bytes) else data)
     stable_topk(model)
-    loops = sorted({node.get_friendly_name().split("/", 1)[0] for node in model.get_ordered_ops() if node.get_type_name() == "Loop"})
-    if loops:  # NNCF 3.4's OpenVINO graph builder looks for a Loop's body nodes in the outer graph and stops
-        raise DeploytkError(
-            f"NNCF cannot quantize this graph: it has Loop ops ({', '.join(loops)}), whose bodies NNCF's OpenVINO graph "
-            'builder does not take ("Could not find a node ... in NNCFGraph").',
-            hint="Quantize it for ONNX Runtime instead (`--runtime ort`), or choose a method without iterative rounds.",
-        )
     kept = _activation_matmuls(model)
     patterns = [f"^{op}/.*" for op in ops]
     if not keep_choices_fp32:
@@ -122,6 +115,17 @@ class NncfQuantizer(Quantizer):
 
     def tool(self) -> str:
         return f"nncf {nncf_version()} on openvino {openvino_version()}"
+
+    def check(self, source: Artifact) -> None:
+        proto = onnx.load(str(source.onnx_path), load_external_data=False)
+        loops = sorted({f.name for f in proto.functions if any(n.op_type == "Loop" for n in f.node)})
+        loops += ["the graph"] if any(n.op_type == "Loop" for n in proto.graph.node) else []
+        if loops:  # NNCF 3.4's OpenVINO graph builder looks for a Loop's body nodes in the outer graph and stops
+            raise DeploytkError(
+                f"NNCF cannot quantize {source.directory}: it has Loop ops ({', '.join(loops)}), whose bodies NNCF's OpenVINO "
+                'graph builder does not take ("Could not find a node ... in NNCFGraph").',
+                hint="Quantize it for ONNX Runtime instead (`--runtime ort`), or choose a method without iterative rounds.",
+            )
 
     def quantize(self, source: Artifact, dense: Path, folder: Path, batches: list[np.ndarray], keep_choices_fp32: bool = True) -> dict:
         shutil.copyfile(source.onnx_path, folder / MODEL_FILE)
