@@ -47,11 +47,12 @@ def _force_aot(model: onnx.ModelProto, plugin_ops: list[str]) -> None:
 def build_engine(directory: Path, options: BuildOptions, progress: Progress = SILENT) -> dict:
     """Build DIR/model.engine (+ DIR/baseline.engine) and DIR/engine.json, written only once the engines exist."""
     require_artifact_dir(Path(directory))
-    artifact = Artifact.open(directory)  # also checks model.onnx against its sha256
-    artifact.require_runtime("deploytk build (TensorRT)", ("trt",))  # an ort int8 graph has uint8 activations, which TensorRT does not take
+    # an ort int8 graph has uint8 activations, which TensorRT does not take: said before TensorRT is even looked for
+    Artifact.open(directory, verify=False).require_runtime("deploytk build (TensorRT)", ("trt",))
     require_tensorrt("deploytk build")
     import tensorrt as trt  # optional: guarded above
 
+    artifact = Artifact.open(directory)  # also checks model.onnx against its sha256
     directory, manifest = artifact.directory, artifact.manifest
     gpu, capability = gpu_identity()
     exported = onnx.load(str(artifact.onnx_path))
