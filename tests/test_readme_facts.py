@@ -99,3 +99,11 @@ def test_the_int8_table_is_what_its_command_prints():
 
     result = json.loads((ROOT / "benchmarks" / "results" / "int8_amd_epyc.json").read_text())
     assert markdown(result) in README
+
+
+def test_the_digits_int8_table_is_what_its_command_prints():
+    """The README's digits int8 accuracy table is `benchmarks/digits_int8.py --markdown` of the committed JSON."""
+    from benchmarks.digits_int8 import markdown
+
+    result = json.loads((ROOT / "benchmarks" / "results" / "digits_int8_accuracy.json").read_text())
+    assert markdown(result) in README
