@@ -95,6 +95,14 @@ def result_output(prefix: str, device: str, output: Path | None) -> FileOutput:
     return claim_file(output or RESULTS / f"{prefix}_{where}.json", f"deploytk benchmarks/{prefix}.py")
 
 
+def cpu_result_output(prefix: str, script: str, output: Path | None) -> FileOutput:
+    """The result file of a CPU benchmark, claimed before it runs: default benchmarks/results/<prefix>_<cpu name>.json."""
+    from deploytk.machine import host
+
+    cpu = re.sub(r"[^a-z0-9]+", "_", host()["cpu"].lower()).strip("_")[:40]
+    return claim_file(output or RESULTS / f"{prefix}_{cpu}.json", f"deploytk benchmarks/{script}")
+
+
 def write_result(out: FileOutput, payload: dict) -> Path:
     """JSON with the command and a timestamp; prints the path."""
     payload = {

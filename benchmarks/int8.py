@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import subprocess
 import sys
 import tempfile
@@ -31,10 +30,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import RESULTS, write_result  # noqa: E402
+from benchmarks.common import cpu_result_output, write_result  # noqa: E402
 from deploytk.backends import get_backend  # noqa: E402
 from deploytk.export.artifacts import Artifact  # noqa: E402
-from deploytk.files import claim_file  # noqa: E402
 from deploytk.machine import host  # noqa: E402
 
 CONFIGS = ("deit_small_tome_r16", "deit_small_mctf_r16", "deit_small_evit_k70", "deit_base_tome_r16")
@@ -185,8 +183,7 @@ def main(argv=None) -> None:
     if args.markdown:
         print(markdown(json.loads(args.markdown.read_text())))
         return
-    cpu = re.sub(r"[^a-z0-9]+", "_", host()["cpu"].lower()).strip("_")[:40]
-    out = claim_file(args.output or RESULTS / f"int8_{cpu}.json", "deploytk benchmarks/int8.py")
+    out = cpu_result_output("int8", "int8.py", args.output)
     with tempfile.TemporaryDirectory(prefix="deploytk-int8-") as folder:
         if args.smoke:
             smoke = Path(folder) / "smoke.yaml"

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import subprocess
 import sys
 import tempfile
@@ -27,8 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import RESULTS, write_result  # noqa: E402
-from deploytk.files import claim_file  # noqa: E402
+from benchmarks.common import cpu_result_output, write_result  # noqa: E402
 from deploytk.machine import host  # noqa: E402
 
 CONFIGS = (
@@ -168,8 +166,7 @@ def main(argv=None) -> None:
         print(markdown(json.loads(args.markdown.read_text())))
         return
     iterations = tuple(int(v) for v in args.iterations.split(","))
-    cpu = re.sub(r"[^a-z0-9]+", "_", host()["cpu"].lower()).strip("_")[:40]
-    out = claim_file(args.output or RESULTS / f"output_kinds_{cpu}.json", "deploytk benchmarks/output_kinds.py")
+    out = cpu_result_output("output_kinds", "output_kinds.py", args.output)
     with tempfile.TemporaryDirectory(prefix="deploytk-outputs-") as folder:
         if args.smoke:
             smoke = Path(folder) / "smoke_tokens.yaml"

@@ -45,8 +45,7 @@ def _activation_matmuls(model) -> list[str]:
     names = []
     for node in model.get_ordered_ops():
         if node.get_type_name() == "MatMul":
-            kinds = [node.input_value(i).get_node().get_type_name() for i in range(2)]
-            if not any(k in ("Constant", "Convert") and _is_weight(node.input_value(i).get_node()) for i, k in enumerate(kinds)):
+            if not any(_is_weight(node.input_value(i).get_node()) for i in range(2)):
                 names.append(node.get_friendly_name())
     return names
 
@@ -90,8 +89,9 @@ def quantize_openvino(source: Path, target: Path, batches: list[np.ndarray], kee
             ignored_scope=nncf.IgnoredScope(names=kept, patterns=patterns, validate=False),
         )
     stable_topk(quantized)
-    if keep_choices_fp32 and fake_quantized_choices(quantized):
-        raise DeploytkError("internal: NNCF quantized inputs of the matching ops: " + ", ".join(fake_quantized_choices(quantized)[:4]))
+    found = fake_quantized_choices(quantized) if keep_choices_fp32 else []
+    if found:
+        raise DeploytkError("internal: NNCF quantized inputs of the matching ops: " + ", ".join(found[:4]))
     ov.save_model(quantized, str(target), compress_to_fp16=False)
     fq_users = Counter(
         user.get_node().get_type_name()

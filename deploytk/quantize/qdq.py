@@ -108,7 +108,8 @@ def quantize_qdq(source: Path, target: Path, batches: list[np.ndarray], tensorrt
         problems = trt_rule_violations(out)
         if problems:
             raise DeploytkError("internal: the trt graph breaks TensorRT's Q/DQ rules: " + "; ".join(problems[:5]))
-    quantized = Counter(n.op_type for n in out.graph.node if n.name in set(nodes))
+    chosen = set(nodes)
+    quantized = Counter(n.op_type for n in out.graph.node if n.name in chosen)
     return {"quantized_ops": dict(quantized), "quantized_op_count": len(nodes)}
 
 
