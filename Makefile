@@ -6,8 +6,10 @@ BIN    := $(VENV)/bin
 # Do not let pip pick the CPU-only local torch file: timm then fails on torchvision::nms.
 TORCH_PAIR := torch==2.14.1 torchvision==0.29.2
 DEMO_DIR := artifacts/deit_small_tome_r16
+# The local Triton Inference Server's environment (serving/README.md): nvidia-pytriton's tritonserver, numpy < 2.
+SERVE_VENV := .venv-serve
 
-.PHONY: install demo lint test test-all gpu-bench clean
+.PHONY: install serve-env demo lint test test-all gpu-bench clean
 
 install: $(BIN)/.installed
 
@@ -15,6 +17,14 @@ $(BIN)/.installed: pyproject.toml setup.py Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check $(TORCH_PAIR) -e ".[test]"
 	$(BIN)/python -c "import timm, torch, onnxruntime; print('installed torch', torch.__version__, 'timm', timm.__version__)"
+	touch $@
+
+serve-env: $(SERVE_VENV)/.installed
+
+$(SERVE_VENV)/.installed: serving/requirements.txt
+	rm -rf $(SERVE_VENV)
+	$(PYTHON) -m venv $(SERVE_VENV)
+	$(SERVE_VENV)/bin/pip install --quiet --disable-pip-version-check -r serving/requirements.txt
 	touch $@
 
 demo: install
@@ -31,8 +41,9 @@ lint: install
 	$(BIN)/lint-imports
 
 # Default suite: lint, then CPU-only tests, no slow/GPU/TensorRT ones. pytest's exit 5 (no tests ran) fails.
-test: lint
-	$(BIN)/python -m pytest -m "not slow and not gpu and not trt" -q; rc=$$?; \
+# The serving tests run a real tritonserver from $(SERVE_VENV); here they fail rather than skip when it cannot start.
+test: lint serve-env
+	DEPLOYTK_REQUIRE_SERVER=1 $(BIN)/python -m pytest -m "not slow and not gpu and not trt" -q; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests"; exit 1; fi; exit $$rc
 
 test-all: install
@@ -45,4 +56,4 @@ gpu-bench: install
 	  $(BIN)/python benchmarks/kernel_bandwidth.py && $(BIN)/python benchmarks/end_to_end_latency.py --configs $(METHOD_CONFIGS) && exit $$rc
 
 clean:
-	rm -rf artifacts .pytest_cache
+	rm -rf artifacts .pytest_cache $(SERVE_VENV)

@@ -5,12 +5,15 @@ The repository is one model directory, written atomically::
     REPO/NAME/config.pbtxt       platform/backend, max_batch_size, inputs/outputs, dynamic batching
     REPO/NAME/1/model.onnx       ONNX Runtime backend: the function-bodied ONNX runs as is
           or 1/model.plan        TensorRT backend, when DIR has model.engine + engine.json
-    REPO/NAME/README.md          the server command and a tritonclient request
+          or 1/model.xml + .bin  OpenVINO backend (--runtime openvino): the IR, validated against the reference first
+    REPO/NAME/README.md          the server command and tritonclient requests (HTTP and gRPC)
 
 Names, dtypes and dims come from the manifest, checked against model.onnx's graph; the batch
 axis (dynamic in every export) becomes Triton's implicit batch dimension. A TensorRT engine is
 taken only when engine.json says it was built from this model.onnx, and its optimisation
-profile bounds ``max_batch_size``. The config is written as protobuf text by hand (tritonclient,
+profile bounds ``max_batch_size``. An OpenVINO IR is written by the openvino backend (every TopK stable) to a
+scratch folder and validated there against the PyTorch reference with the artifact's default tolerances; only an IR
+that passes goes into the repository. The config is written as protobuf text by hand (tritonclient,
 which has Triton's ModelConfig protobuf, is an optional dependency); the tests parse it with
 that protobuf.
 """
@@ -21,17 +24,20 @@ import importlib.resources
 import re
 import shutil
 import string
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
 
 from deploytk.backends.engine_manifest import onnx_mismatch, read_engine_manifest
+from deploytk.backends.openvino_backend import OpenVinoBackend
 from deploytk.errors import DeploytkError
 from deploytk.export.artifacts import ENGINE_FILE, ENGINE_MANIFEST_FILE, Artifact
 from deploytk.export.onnx_io import data_file_name
 from deploytk.files import DirectoryKind, claim_directory
 from deploytk.progress import SILENT, Progress
+from deploytk.validate.validator import Tolerances, validate
 
 CONFIG_FILE = "config.pbtxt"
 README_FILE = "README.md"
@@ -57,6 +63,10 @@ TRITON_DTYPES = {
 _NAME_OK = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _ONNX_RUNTIME = {"platform": "onnxruntime_onnx", "backend": "onnxruntime", "file": "model.onnx"}
 _TENSORRT = {"platform": "tensorrt_plan", "backend": "tensorrt", "file": "model.plan"}
+#: Triton's openvino backend has no platform name; it loads model.xml (and model.bin beside it) and needs a full config
+_OPENVINO = {"platform": None, "backend": "openvino", "file": "model.xml", "weights": "model.bin"}
+#: --runtime: Triton's backend names
+TRITON_RUNTIMES = {r["backend"]: r for r in (_ONNX_RUNTIME, _TENSORRT, _OPENVINO)}
 #: the model folder's README.md (string.Template: $-placeholders filled by _readme)
 README_TEMPLATE = string.Template((importlib.resources.files("deploytk") / "templates" / "triton_model_README.md").read_text())
 #: config.pbtxt's first line: how a later `package` knows the model folder is deploytk's
@@ -71,7 +81,7 @@ def _model_files(folder: Path) -> set[str] | None:
                 return None
     except (OSError, UnicodeDecodeError):
         return None
-    written = {f"{VERSION_DIR}/{r['file']}" for r in (_ONNX_RUNTIME, _TENSORRT)}
+    written = {f"{VERSION_DIR}/{r[key]}" for r in TRITON_RUNTIMES.values() for key in ("file", "weights") if key in r}
     return {CONFIG_FILE, README_FILE, *written, f"{VERSION_DIR}/{data_file_name(_ONNX_RUNTIME['file'])}"}
 
 
@@ -102,42 +112,62 @@ def package_triton(
     max_batch: int | None = None,
     force: bool = False,
     progress: Progress = SILENT,
+    runtime: str | None = None,
 ) -> dict:
-    """Write REPO/NAME (config.pbtxt, 1/model.onnx or 1/model.plan, README.md); every check runs before anything is written."""
+    """Write REPO/NAME (config.pbtxt, 1/model.onnx, 1/model.plan or 1/model.xml + .bin, README.md); every check, and the
+    IR's validation, runs before anything is written. ``runtime``: Triton's backend (default: tensorrt when DIR has an
+    engine, else onnxruntime)."""
     if max_batch is not None and max_batch < 1:
         raise DeploytkError(f"--max-batch {max_batch}: must be an int >= 1 (Triton's max_batch_size for a batching model).")
+    if runtime is not None and runtime not in TRITON_RUNTIMES:
+        raise DeploytkError(f"--runtime {runtime!r}: Triton backends deploytk packages for are {', '.join(TRITON_RUNTIMES)}.")
     progress.step("checking the artifact")
     artifact = Artifact.open(directory)  # model.onnx must match its manifest's sha256
-    artifact.require_runtime("package --triton (Triton's onnxruntime backend)", ("ort", "trt"))  # an int8 IR is not model.onnx
     model_name = _model_name(name, artifact.directory)
     repository = Path(repository)
     target = claim_directory(repository / model_name, TRITON_MODEL, option="--triton/--name", force=force)
     inputs, outputs = _io_specs(artifact)
-    engine = _engine_record(artifact)
-    runtime = _TENSORRT if engine else _ONNX_RUNTIME
+    engine = _engine_record(artifact) if runtime in (None, _TENSORRT["backend"]) else None
+    if runtime == _TENSORRT["backend"] and engine is None:
+        raise DeploytkError(
+            f"--runtime {runtime}: {artifact.directory} has no TensorRT engine.", hint=f"Build one with `deploytk build {directory}`."
+        )
+    chosen = TRITON_RUNTIMES[runtime] if runtime else (_TENSORRT if engine else _ONNX_RUNTIME)
+    if chosen is _OPENVINO:
+        artifact.require_runtime("package --runtime openvino (Triton's openvino backend)", ("openvino",))
+    else:  # an int8 OpenVINO IR is not model.onnx
+        artifact.require_runtime(f"package --triton (Triton's {chosen['backend']} backend)", ("ort", "trt"))
     max_batch_size = _max_batch_size(max_batch, engine)
-    source = artifact.directory / ENGINE_FILE if engine else artifact.onnx_path
 
-    config = config_pbtxt(model_name, runtime, max_batch_size, inputs, outputs, gpu=engine is not None)
-    readme = _readme(artifact, model_name, runtime, max_batch_size, inputs, outputs, engine)
-    progress.step(f"writing {target.path}")
-    with target.write() as tmp:  # a repository made for this model goes again if the write fails
-        (tmp / VERSION_DIR).mkdir()
-        shutil.copyfile(source, tmp / VERSION_DIR / runtime["file"])
+    with tempfile.TemporaryDirectory(prefix="deploytk-package-") as scratch:
+        ir = validation = None
+        if chosen is _OPENVINO:
+            ir, validation = _validated_ir(artifact, Path(scratch) / _OPENVINO["file"], progress)
+        sources = {chosen["file"]: ir or (artifact.directory / ENGINE_FILE if engine else artifact.onnx_path)}
+        if ir is not None:
+            sources[_OPENVINO["weights"]] = ir.with_suffix(".bin")
         data = artifact.manifest["onnx"].get("external_data")
-        if data and not engine:  # the weights of a model past protobuf's 2 GiB limit, beside it under the name it references
-            shutil.copyfile(artifact.directory / data["file"], tmp / VERSION_DIR / data["file"])
-        (tmp / CONFIG_FILE).write_text(config)
-        (tmp / README_FILE).write_text(readme)
+        if data and chosen is _ONNX_RUNTIME:  # the weights of a model past protobuf's 2 GiB limit, beside it under the name it references
+            sources[data["file"]] = artifact.directory / data["file"]
+        config = config_pbtxt(model_name, chosen, max_batch_size, inputs, outputs, gpu=engine is not None)
+        readme = _readme(artifact, model_name, chosen, max_batch_size, inputs, outputs, engine)
+        progress.step(f"writing {target.path}")
+        with target.write() as tmp:  # a repository made for this model goes again if the write fails
+            (tmp / VERSION_DIR).mkdir()
+            for file, source in sources.items():
+                shutil.copyfile(source, tmp / VERSION_DIR / file)
+            (tmp / CONFIG_FILE).write_text(config)
+            (tmp / README_FILE).write_text(readme)
     return {
         "repository": str(repository),
         "name": model_name,
         "model_dir": str(target.path),
         "artifact": str(artifact.directory),
-        "backend": runtime["backend"],
-        "platform": runtime["platform"],
-        "model_file": f"{VERSION_DIR}/{runtime['file']}",
-        "source": str(source),
+        "backend": chosen["backend"],
+        "platform": chosen["platform"],
+        "model_file": f"{VERSION_DIR}/{chosen['file']}",
+        # what the model file is: a copy of this file, or (the IR) written from it
+        "source": str(artifact.ir_path or artifact.inlined_path or artifact.onnx_path) if ir else str(sources[chosen["file"]]),
         "max_batch_size": max_batch_size,
         "dynamic_batching": {"max_queue_delay_microseconds": QUEUE_DELAY_US},
         "inputs": [t.to_dict() for t in inputs],
@@ -146,8 +176,35 @@ def package_triton(
         "engine_profile": engine["build"]["batch"] if engine else None,
         "gpu": engine.get("gpu") if engine else None,
         "compute_capability": engine.get("compute_capability") if engine else None,
-        "files": [CONFIG_FILE, f"{VERSION_DIR}/{runtime['file']}", README_FILE],
+        "files": [CONFIG_FILE, *(f"{VERSION_DIR}/{f}" for f in sources), README_FILE],
+        "validation": validation,
     }
+
+
+def _validated_ir(artifact: Artifact, xml: Path, progress: Progress) -> tuple[Path, dict]:
+    """The artifact as an OpenVINO IR at ``xml``, run by OpenVINO from that file against the PyTorch reference (64 seeded
+    images, the artifact's default tolerances, as `deploytk validate --backend openvino`); a failure is a refusal."""
+    progress.step("writing the OpenVINO IR (every TopK stable)")
+    written = OpenVinoBackend().write_ir(artifact, xml)
+    progress.step("validating the IR against the PyTorch reference")
+    tol = Tolerances.for_precision(artifact.numerics)
+    report = validate(artifact.directory, OpenVinoBackend(ir=xml), None, tol, progress)
+    summary = {
+        "passed": report.passed,
+        "checks": report.checks,
+        "num_images": report.num_images,
+        "max_abs_diff": report.max_abs_diff,
+        **({"top1_agreement": report.top1_agreement} if report.top1_agreement is not None else {}),
+        **written,
+    }
+    if not report.passed:
+        failed = [name for name, ok in report.checks.items() if not ok]
+        raise DeploytkError(
+            f"the OpenVINO IR of {artifact.directory} fails validation against the PyTorch reference ({'; '.join(failed)}); "
+            "nothing was written.",
+            hint=f"Run `deploytk validate {artifact.directory} --backend openvino` for the full report.",
+        )
+    return xml, summary
 
 
 def sanitize_model_name(text: str) -> str:
@@ -314,7 +371,7 @@ def config_pbtxt(name: str, runtime: dict, max_batch_size: int, inputs: list[Ten
     lines = [
         CONFIG_HEADER,
         f'name: "{name}"',
-        f'platform: "{runtime["platform"]}"',
+        *([f'platform: "{runtime["platform"]}"'] if runtime["platform"] else []),
         f'backend: "{runtime["backend"]}"',
         f"max_batch_size: {max_batch_size}",
     ]
@@ -357,6 +414,15 @@ def _readme(
             "A different TensorRT or GPU architecture fails when Triton loads the engine; rebuild it there with `deploytk build`."
         )
         gpu_note = ""
+    elif runtime is _OPENVINO:
+        runs = (
+            f"`{VERSION_DIR}/model.xml` and `{VERSION_DIR}/model.bin` are the OpenVINO IR of the export (its deploytk functions "
+            "inlined into standard ops, every TopK made stable so that ties pick the lower index as the PyTorch reference "
+            "does), run by Triton's `openvino` backend on the CPU; the batch axis is dynamic. `deploytk package` ran this IR "
+            "with OpenVINO against the PyTorch reference before writing it. "
+            "The backend takes no auto-completed config: the config.pbtxt here is complete."
+        )
+        gpu_note = " The openvino backend runs on the CPU: leave out `--gpus all`."
     else:
         versions = manifest.get("versions", {})
         runs = (
@@ -392,8 +458,9 @@ def _readme(
         method=method,
         precision=precision,
         sha=onnx_info.get("sha256", "?")[:16],
-        platform=runtime["platform"],
-        backend=runtime["backend"],
+        serving=(
+            f"platform {runtime['platform']} (backend {runtime['backend']})" if runtime["platform"] else f"backend {runtime['backend']}"
+        ),
         max_batch=max_batch,
         model_file=f"{VERSION_DIR}/{runtime['file']:<14}",
         runs=runs,

@@ -146,9 +146,18 @@ def dense_ir(artifact: Artifact) -> Path:
 
 
 class OpenVinoBackend(Backend):
+    """``ir``: run that IR file instead of the artifact's graph (what `package --runtime openvino` validates before it
+    writes it); the artifact still names the tensors and supplies the probed graph."""
+
     name = "openvino"
     display_name = "OpenVINO"
     timing = "host clock around a synchronous infer() of a model compiled for that batch size"
+
+    def __init__(self, ir: Path | None = None):
+        self.ir = ir
+
+    def ir_of(self, artifact: Artifact) -> Path | None:
+        return self.ir or artifact.ir_path
 
     def device(self) -> str:
         return "cpu"
@@ -174,8 +183,8 @@ class OpenVinoBackend(Backend):
         """``graph`` (inlined here if it has deploytk nodes) or the ONNX file or IR at ``path`` (standard ops only), read by
         OpenVINO; for an int8 artifact, its IR with ``graph``'s extra outputs (the probes) added by tensor name."""
         hint, note = inference_precision(core, artifact.precision, str(artifact.directory))
-        if artifact.ir_path is not None and path is None:
-            model = core.read_model(str(artifact.ir_path))
+        if self.ir_of(artifact) is not None and path is None:
+            model = core.read_model(str(self.ir_of(artifact)))
             outputs = [o["name"] for o in artifact.manifest["outputs"]]
             extra = [o.name for o in graph.graph.output if o.name not in outputs] if graph is not None else []
             if extra:
@@ -195,8 +204,8 @@ class OpenVinoBackend(Backend):
     def load(self, artifact, batch_sizes, graph=None, progress: Progress = SILENT) -> OpenVinoModel:
         core = self.core()
         artifact.require_runtime(f"--backend {self.name}", ("openvino",))
-        if artifact.ir_path is not None:  # `deploytk quantize --runtime openvino`
-            progress.step(f"OpenVINO: reading {artifact.ir_path.name} (int8)")
+        if self.ir_of(artifact) is not None:  # `deploytk quantize --runtime openvino`, or an IR handed in
+            progress.step(f"OpenVINO: reading {self.ir_of(artifact)}" + (" (int8)" if artifact.quantization else ""))
             loaded = self.compile(core, artifact, graph)
         elif graph is None and artifact.inlined_path is not None:  # what a user deploys: export --format onnx-inlined
             progress.step(f"OpenVINO: reading {artifact.inlined_path.name}")
@@ -216,6 +225,25 @@ class OpenVinoBackend(Backend):
             progress.step("exporting the unmerged baseline (cached after the first run)")
             dense = self.compile(merged.core, artifact, path=baseline_onnx(artifact))
         return merged, dense
+
+    def write_ir(self, artifact: Artifact, xml: Path) -> dict:
+        """The artifact as an OpenVINO IR (``xml`` and the .bin beside it) with every TopK stable and the batch axis
+        dynamic, as Triton's openvino backend loads it; an int8 artifact's own IR is re-saved the same way."""
+        core = self.core()
+        import openvino  # optional: guarded by core()
+
+        artifact.require_runtime("an OpenVINO IR", ("openvino",))
+        if artifact.ir_path is not None:
+            model = core.read_model(str(artifact.ir_path))
+        else:
+            graph = onnx.load(str(artifact.inlined_path or artifact.onnx_path))
+            if graph.functions or any(n.domain for n in graph.graph.node):
+                graph = inline_deploytk_functions(graph)
+            with runnable(graph) as source:
+                model = core.read_model(io.BytesIO(source) if isinstance(source, bytes) else source)
+        topk = stable_topk(model)
+        openvino.save_model(model, str(xml), compress_to_fp16=False)  # fp32 stays fp32; an fp16 export is fp16 already
+        return {"openvino": openvino_version(), "stable_topk": topk}
 
     def describe(self) -> dict:
         info = super().describe()

@@ -391,11 +391,17 @@ def package(
         help="Replace an earlier deploytk model at REPO/NAME (atomically; files deploytk did not write there are kept, and a folder "
         "that is not deploytk's is refused even so).",
     ),
+    runtime: str | None = typer.Option(
+        None,
+        "--runtime",
+        help="Triton backend: onnxruntime (1/model.onnx) | tensorrt (1/model.plan, from `deploytk build`) | openvino (1/model.xml + "
+        ".bin, validated against the reference before it is written) [default: tensorrt when DIR has an engine, else onnxruntime].",
+    ),
     json_out: bool = JSON,
 ):
-    """Write a Triton model repository entry: REPO/NAME/config.pbtxt, 1/model.onnx (or 1/model.plan with an engine), README.md."""
+    """Write a Triton model repository entry: REPO/NAME/config.pbtxt, 1/model.onnx (model.plan, model.xml), README.md."""
     with RichProgress(not json_out) as progress:
-        report = package_triton(directory, triton, name=name, max_batch=max_batch, force=force, progress=progress)
+        report = package_triton(directory, triton, name=name, max_batch=max_batch, force=force, progress=progress, runtime=runtime)
     render.package(report, json_out)
 
 

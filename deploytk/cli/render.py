@@ -445,6 +445,13 @@ def package(report: dict, json_out: bool) -> None:
         f"[green]packaged[/] {report['artifact']} -> {report['model_dir']} ({report['model_file']}, Triton backend "
         f"{report['backend']}, max_batch_size {report['max_batch_size']}, dynamic batching)\n  {tensors} (after the batch dimension)"
     )
+    if report["validation"]:
+        v = report["validation"]
+        top1 = f", top-1 agreement {v['top1_agreement']:.3f}" if "top1_agreement" in v else ""
+        out_console.print(
+            f"  the IR passed validation against the PyTorch reference on OpenVINO {v['openvino']} ({v['num_images']} images, "
+            f"max |diff| {v['max_abs_diff']:.2e}{top1}; {v['stable_topk']} TopK made stable)"
+        )
     if report["tensorrt"]:
         out_console.print(
             f"  the server must have TensorRT {report['tensorrt']} (the engine's version) and a GPU of compute capability "

@@ -152,8 +152,11 @@ def test_readme_serves_and_requests_with_the_configs_names_shapes_and_dtypes(art
     package.http = http
     monkeypatch.setitem(sys.modules, "tritonclient", package)
     monkeypatch.setitem(sys.modules, "tritonclient.http", http)
-    (example,) = re.findall(r"```python\n(.*?)```", readme, re.S)
-    exec(compile(example, "README example", "exec"), {})
+    http_example, grpc_example = re.findall(r"```python\n(.*?)```", readme, re.S)  # tests/serve runs both on a real server
+    assert grpc_example == http_example.replace("tritonclient.http as httpclient", "tritonclient.grpc as grpcclient").replace(
+        "httpclient.", "grpcclient."
+    ).replace("localhost:8000", "localhost:8001")
+    exec(compile(http_example, "README example", "exec"), {})
     assert set(sent) == {"input"}
 
 

@@ -1,0 +1,20 @@
+"""Stand-in for Triton's C++ onnxruntime backend, run by Triton's Python backend (a "Python-based backend").
+
+Triton loads this file for every model whose config says ``backend: "onnxruntime"``, so a repository that
+`deploytk package` wrote loads unchanged. It runs the version folder's model file with ONNX Runtime's
+Python API on the CPU. Everything around it is the real server: config parsing, the HTTP/gRPC front ends,
+the shape, dtype and name checks of each request, the dynamic batcher and its statistics.
+"""
+
+from standin_common import BatchedModel
+
+
+class TritonPythonModel(BatchedModel):
+    default_file = "model.onnx"
+
+    def load(self, path):
+        import onnxruntime  # the serving environment's, not the server's
+
+        session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        run = lambda feeds: session.run(self.output_names, feeds)  # noqa: E731
+        return run, [i.name for i in session.get_inputs()], [o.name for o in session.get_outputs()]

@@ -1,0 +1,214 @@
+"""Start and stop the `tritonserver` that the `nvidia-pytriton` wheel bundles, on 127.0.0.1, with stand-in backends.
+
+The wheel has the server and its Python backend but not Triton's C++ onnxruntime and openvino backends, and no
+package provides those. Triton's "Python-based backends" fill the gap: a folder ``backends/<name>/model.py`` is
+loaded for every model whose config says ``backend: "<name>"``, so a repository `deploytk package` wrote loads
+unchanged. ``serving/backends/`` holds one stand-in per backend (ONNX Runtime's and OpenVINO's Python APIs).
+
+What this module knows, each learned the hard way:
+- the Python backend's stub must match the serving environment's Python version and find that Python's
+  ``libpython`` and the wheel's bundled libraries (``LD_LIBRARY_PATH``); it finds its environment through ``PATH``;
+- the backend library and the stub must be real files inside the backend folder (a symlink "escapes the backend
+  directory");
+- a server whose stub cannot start may hang instead of exiting, so every start has its own deadline, and the
+  process (its whole session) is stopped by id.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+#: the serving environment `make serve-env` makes from serving/requirements.txt
+SERVE_VENV = ROOT / ".venv-serve"
+STANDINS = Path(__file__).resolve().parent / "backends"
+#: the Triton backends a stand-in replaces (folder names under serving/backends/)
+STANDIN_BACKENDS = ("onnxruntime", "openvino")
+#: how long a start may take before the server is stopped and the start fails with its log
+START_TIMEOUT_S = 120.0
+
+
+class ServerError(RuntimeError):
+    """The server could not be found, did not start, or exited; the message carries the end of its log."""
+
+
+@dataclass(frozen=True)
+class ServeEnvironment:
+    """The serving venv: its interpreter's version and libpython folder, and the wheel's server tree."""
+
+    venv: Path
+    python_version: str  # "3.11": which stub to use
+    libdir: Path  # where libpython lives
+    server_root: Path  # .../site-packages/pytriton/tritonserver
+    bundled_libs: Path  # .../site-packages/nvidia_pytriton.libs
+
+    @property
+    def binary(self) -> Path:
+        return self.server_root / "bin" / "tritonserver"
+
+    @classmethod
+    def find(cls, venv: Path = SERVE_VENV) -> ServeEnvironment:
+        python = venv / "bin" / "python"
+        if not python.exists():
+            raise ServerError(f"{venv} does not exist: it is the serving environment. Make it with `make serve-env`.")
+        probe = (
+            "import json, sys, sysconfig, pathlib, pytriton;"
+            "print(json.dumps([f'{sys.version_info[0]}.{sys.version_info[1]}', sysconfig.get_config_var('LIBDIR'),"
+            " str(pathlib.Path(pytriton.__file__).parent)]))"
+        )
+        done = subprocess.run([str(python), "-c", probe], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise ServerError(f"{venv} has no nvidia-pytriton ({done.stderr.strip().splitlines()[-1:]}). Run `make serve-env`.")
+        version, libdir, package = json.loads(done.stdout)
+        environment = cls(venv, version, Path(libdir), Path(package) / "tritonserver", Path(package).parent / "nvidia_pytriton.libs")
+        if not environment.binary.is_file():
+            raise ServerError(f"{environment.binary} is missing: the nvidia-pytriton wheel in {venv} has no server.")
+        return environment
+
+    def backend_directory(self, where: Path) -> Path:
+        """A backend folder: the Python backend (library, its utils and the stub for this Python) and the stand-ins."""
+        where.mkdir(parents=True, exist_ok=True)
+        python = where / "python"
+        shutil.copytree(self.server_root / "backends" / "python", python, ignore=shutil.ignore_patterns("__pycache__"))
+        stub = self.server_root / "python_backend_stubs" / self.python_version / "triton_python_backend_stub"
+        if not stub.is_file():
+            raise ServerError(f"the wheel has no Python backend stub for Python {self.python_version} ({stub}).")
+        shutil.copy2(stub, python / stub.name)
+        for name in STANDIN_BACKENDS:  # model.py plus what the stand-ins share, beside it (the folder is on sys.path)
+            (where / name).mkdir()
+            shutil.copy2(STANDINS / name / "model.py", where / name / "model.py")
+            shutil.copy2(STANDINS / "standin_common.py", where / name / "standin_common.py")
+        return where
+
+    def environ(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PATH"] = f"{self.venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(self.libdir), str(self.bundled_libs), env.get("LD_LIBRARY_PATH")]))
+        env.pop("PYTHONPATH", None)  # the stub's imports come from the serving venv only
+        env.setdefault("OMP_NUM_THREADS", "2")
+        return env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class TritonServer:
+    """One `tritonserver` process on a model repository, listening on 127.0.0.1 only (HTTP, gRPC; no metrics port).
+
+    ``explicit=True`` starts with no model loaded (Triton's explicit model control), for tests that load models one
+    by one; otherwise every model in the repository is loaded at start, and a model that fails to load leaves the
+    others serving (``--exit-on-error=false``, readiness not strict)."""
+
+    def __init__(self, repository: Path, environment: ServeEnvironment | None = None, explicit: bool = False, log: Path | None = None):
+        self.repository = Path(repository)
+        self.environment = environment or ServeEnvironment.find()
+        self.explicit = explicit
+        self._scratch = Path(tempfile.mkdtemp(prefix="deploytk-triton-"))
+        self.backends = self.environment.backend_directory(self._scratch / "backends")
+        self.log_path = log or self._scratch / "server.log"
+        self.process: subprocess.Popen | None = None
+        self.http_port = self.grpc_port = None
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def command(self) -> list[str]:
+        return [
+            str(self.environment.binary),
+            f"--model-repository={self.repository}",
+            f"--backend-directory={self.backends}",
+            "--http-address=127.0.0.1",
+            f"--http-port={self.http_port}",
+            "--grpc-address=127.0.0.1",
+            f"--grpc-port={self.grpc_port}",
+            "--allow-metrics=false",
+            "--exit-on-error=false",
+            "--strict-readiness=false",
+            f"--model-control-mode={'explicit' if self.explicit else 'none'}",
+            "--exit-timeout-secs=5",
+        ]
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> TritonServer:
+        """Start the server and wait until its HTTP endpoint is live (in mode none, after every model's load was tried)."""
+        self.http_port, self.grpc_port = free_port(), free_port()
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                self.command(), stdout=log, stderr=subprocess.STDOUT, env=self.environment.environ(), start_new_session=True
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise ServerError(f"tritonserver exited with code {self.process.returncode} while starting:\n{self.log_tail()}")
+            if self._live():
+                return self
+            time.sleep(0.2)
+        self.stop()
+        raise ServerError(f"tritonserver was not live after {timeout:.0f} s and was stopped:\n{self.log_tail()}")
+
+    def _live(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://{self.http_url}/v2/health/live", timeout=2) as response:
+                return response.status == 200
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash or an OOM kill would: no shutdown of any kind."""
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM to the server's session (server and stubs), SIGKILL after ``timeout``."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def log_tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log().splitlines()[-lines:])
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self._scratch, ignore_errors=True)
+
+    def __enter__(self) -> TritonServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+if __name__ == "__main__":  # python -m serving.tritonserver REPO: serve a repository until Ctrl-C
+    with TritonServer(Path(sys.argv[1])) as server:
+        print(f"serving {sys.argv[1]}: HTTP {server.http_url}, gRPC {server.grpc_url} (Ctrl-C stops it)", flush=True)
+        try:
+            server.process.wait()
+        except KeyboardInterrupt:
+            pass
