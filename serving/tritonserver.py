@@ -148,13 +148,18 @@ class TritonServer:
             "--exit-timeout-secs=5",
         ]
 
-    def start(self, timeout: float = START_TIMEOUT_S) -> TritonServer:
-        """Start the server and wait until its HTTP endpoint is live (in mode none, after every model's load was tried)."""
+    def launch(self) -> TritonServer:
+        """Start the process and return at once (``start`` also waits until it is live)."""
         self.http_port, self.grpc_port = free_port(), free_port()
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
                 self.command(), stdout=log, stderr=subprocess.STDOUT, env=self.environment.environ(), start_new_session=True
             )
+        return self
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> TritonServer:
+        """Start the server and wait until its HTTP endpoint is live (in mode none, after every model's load was tried)."""
+        self.launch()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

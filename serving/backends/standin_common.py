@@ -16,12 +16,13 @@ class BatchedModel:
     default_file = ""
 
     def load(self, path):
-        """(a function from {input name: array} to the outputs in ``self.output_names`` order, the model's input names,
-        its output names)."""
+        """(a function from {input name: array} to the outputs in ``self.output_names`` order, {input name: shape},
+        {output name: shape}); a shape lists ints, -1 where the model leaves the size open."""
         raise NotImplementedError
 
     def initialize(self, args):
         config = json.loads(args["model_config"])
+        self.name = config["name"]
         self.input_names = [t["name"] for t in config["input"]]
         self.output_names = [t["name"] for t in config["output"]]
         file = config.get("default_model_filename") or self.default_file
@@ -29,12 +30,9 @@ class BatchedModel:
         if not path.is_file():
             raise pb_utils.TritonModelException(f"{path} does not exist: the {self.default_file} this backend loads")
         self.run, inputs, outputs = self.load(path)
-        for kind, config_names, model_names in (("input", self.input_names, inputs), ("output", self.output_names, outputs)):
-            if sorted(config_names) != sorted(model_names):  # what the C++ backends check when they load a model
-                raise pb_utils.TritonModelException(
-                    f"model configuration {kind}s {sorted(config_names)} do not match the model file's {kind}s "
-                    f"{sorted(model_names)} ({path})"
-                )
+        batch = [-1] if config.get("max_batch_size", 0) > 0 else []
+        for kind, tensors, found in (("input", config["input"], inputs), ("output", config["output"], outputs)):
+            check_tensors(self.name, kind, {t["name"]: batch + [int(d) for d in t["dims"]] for t in tensors}, found, path)
 
     def execute(self, requests):
         feeds = {name: [pb_utils.get_input_tensor_by_name(r, name).as_numpy() for r in requests] for name in self.input_names}
@@ -49,3 +47,19 @@ class BatchedModel:
             ]
             responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
         return responses
+
+
+def check_tensors(model: str, kind: str, configured: dict, found: dict, path) -> None:
+    """The config's tensors are the model file's, with the same rank and every fixed size equal: what the C++ backends
+    check when they load a model (a config that disagrees with its model file fails to load, naming the tensor)."""
+    if sorted(configured) != sorted(found):
+        raise pb_utils.TritonModelException(
+            f"model '{model}': the configuration's {kind}s {sorted(configured)} are not the model file's {kind}s {sorted(found)} ({path})"
+        )
+    for name, want in configured.items():
+        have = found[name]
+        if len(want) != len(have) or any(w != h and -1 not in (w, h) for w, h in zip(want, have, strict=False)):
+            raise pb_utils.TritonModelException(
+                f"model '{model}', {kind} '{name}': the model file has shape {have} but the configuration specifies {want} "
+                f"(-1: any size; the first is the batch dimension when max_batch_size > 0) ({path})"
+            )

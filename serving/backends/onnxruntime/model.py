@@ -17,4 +17,8 @@ class TritonPythonModel(BatchedModel):
 
         session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         run = lambda feeds: session.run(self.output_names, feeds)  # noqa: E731
-        return run, [i.name for i in session.get_inputs()], [o.name for o in session.get_outputs()]
+
+        def shapes(tensors):
+            return {t.name: [d if isinstance(d, int) else -1 for d in t.shape] for t in tensors}
+
+        return run, shapes(session.get_inputs()), shapes(session.get_outputs())

@@ -24,4 +24,7 @@ class TritonPythonModel(BatchedModel):
         def name(port, wanted):  # a tensor may carry several names; the one the config uses, if it is among them
             return next((n for n in wanted if n in port.get_names()), port.get_any_name())
 
-        return run, [name(i, self.input_names) for i in compiled.inputs], [name(o, self.output_names) for o in compiled.outputs]
+        def shapes(ports, wanted):
+            return {name(p, wanted): [d.get_length() if d.is_static else -1 for d in p.get_partial_shape()] for p in ports}
+
+        return run, shapes(compiled.inputs, self.input_names), shapes(compiled.outputs, self.output_names)
