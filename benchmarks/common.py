@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import platform
 import re
 import shlex
+import subprocess
 import sys
 import time
 from datetime import datetime, timezone
@@ -101,6 +103,17 @@ def cpu_result_output(prefix: str, script: str, output: Path | None) -> FileOutp
 
     cpu = re.sub(r"[^a-z0-9]+", "_", host()["cpu"].lower()).strip("_")[:40]
     return claim_file(output or RESULTS / f"{prefix}_{cpu}.json", f"deploytk benchmarks/{script}")
+
+
+def deploytk(*args: str) -> tuple[dict, float]:
+    """``deploytk ARGS --json`` as a child process, as a user runs it: (its JSON, seconds). Exit 1 with a report is a
+    result (validate's failed check); any other failure stops the benchmark with the command's stderr."""
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", "from deploytk.cli import main; main()", *args, "--json"], capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    if done.returncode not in (0, 1) or not done.stdout.strip():
+        raise SystemExit(f"deploytk {' '.join(args)} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout), seconds
 
 
 def write_result(out: FileOutput, payload: dict) -> Path:

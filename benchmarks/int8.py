@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -30,7 +29,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import cpu_result_output, write_result  # noqa: E402
+from benchmarks.common import cpu_result_output, deploytk, write_result  # noqa: E402
 from deploytk.backends import get_backend  # noqa: E402
 from deploytk.export.artifacts import Artifact  # noqa: E402
 from deploytk.machine import host  # noqa: E402
@@ -60,14 +59,6 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def deploytk(*args: str) -> dict:
-    """A `deploytk ... --json` child process; its JSON (validate exits 1 on a failed check, with its report)."""
-    done = subprocess.run([sys.executable, "-c", "from deploytk.cli import main; main()", *args, "--json"], capture_output=True, text=True)
-    if done.returncode not in (0, 1) or not done.stdout.strip():
-        raise SystemExit(f"deploytk {' '.join(args)} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout)
-
-
 def time_round_robin(models: dict, batch: int, warmup: int, rounds: int) -> dict:
     """p50 ms of each model at ``batch``: one run of each in turn, ``rounds`` times, after ``warmup`` rounds."""
     timers = {name: model.timer(batch) for name, model in models.items()}
@@ -95,9 +86,9 @@ def measure(config: Path, folder: Path, args) -> dict:
     for runtime, backend in RUNTIMES.items():
         out = folder / f"{config.stem}-int8-{runtime}"
         t0 = time.perf_counter()
-        q = deploytk("quantize", str(fp32), "--runtime", runtime, "--synthetic", str(args.calibration), "--output", str(out))
+        q, _ = deploytk("quantize", str(fp32), "--runtime", runtime, "--synthetic", str(args.calibration), "--output", str(out))
         seconds = time.perf_counter() - t0
-        report = deploytk("validate", str(out), "--backend", backend, "--num-images", str(args.images))
+        report, _ = deploytk("validate", str(out), "--backend", backend, "--num-images", str(args.images))
         row[f"int8_{runtime}"] = {
             "quantize_seconds": round(seconds, 1),
             "quantized_ops": q["quantization"]["quantized_ops"],

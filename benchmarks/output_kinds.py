@@ -16,17 +16,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import cpu_result_output, write_result  # noqa: E402
+from benchmarks.common import cpu_result_output, deploytk, write_result  # noqa: E402
 from deploytk.machine import host  # noqa: E402
 
 CONFIGS = (
@@ -59,22 +57,9 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def deploytk(*args: str) -> tuple[subprocess.CompletedProcess, float]:
-    t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", "from deploytk.cli import main; main()", *args], capture_output=True, text=True)
-    return done, time.perf_counter() - t0
-
-
-def json_of(done: subprocess.CompletedProcess, what: str) -> dict:
-    if done.returncode not in (0, 1) or not done.stdout.strip():  # validate exits 1 on a failed check, with its report
-        raise SystemExit(f"{what} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout)
-
-
 def measure(config: Path, folder: Path, images: int, iterations: tuple[int, int]) -> dict:
     out = folder / config.stem
-    export, export_seconds = deploytk("export", str(config), "--output", str(out), "--format", "onnx-inlined", "--json")
-    json_of(export, f"export of {config.name}")
+    _, export_seconds = deploytk("export", str(config), "--output", str(out), "--format", "onnx-inlined")
     manifest = json.loads((out / "manifest.json").read_text())
     row = {
         "config": config.stem,
@@ -87,8 +72,7 @@ def measure(config: Path, folder: Path, images: int, iterations: tuple[int, int]
         "export_seconds": round(export_seconds, 1),
     }
     for runtime in RUNTIMES:
-        done, seconds = deploytk("validate", str(out), "--backend", runtime, "--num-images", str(images), "--batch-size", "8", "--json")
-        report = json_of(done, f"validate of {config.stem} on {runtime}")
+        report, seconds = deploytk("validate", str(out), "--backend", runtime, "--num-images", str(images), "--batch-size", "8")
         row[f"validate_{runtime}"] = {
             "passed": report["passed"],
             "max_abs_diff": report["max_abs_diff"],
@@ -97,10 +81,10 @@ def measure(config: Path, folder: Path, images: int, iterations: tuple[int, int]
             "seconds": round(seconds, 1),
         }
         for batch, runs in zip((1, 8), iterations, strict=True):
-            done, _ = deploytk(
-                "profile", str(out), "--backend", runtime, "--batch-sizes", str(batch), "--iterations", str(runs), "--warmup", "1", "--json"
+            profile, _ = deploytk(
+                "profile", str(out), "--backend", runtime, "--batch-sizes", str(batch), "--iterations", str(runs), "--warmup", "1"
             )
-            result = json_of(done, f"profile of {config.stem} on {runtime}")["results"][0]
+            result = profile["results"][0]
             row[f"profile_{runtime}_b{batch}"] = {
                 "p50_ms": result["latency_ms"]["p50"],
                 "dense_p50_ms": result["dense"]["latency_ms"]["p50"],
