@@ -188,7 +188,14 @@ def _validated_ir(artifact: Artifact, xml: Path, progress: Progress) -> tuple[Pa
     written = OpenVinoBackend().write_ir(artifact, xml)
     progress.step("validating the IR against the PyTorch reference")
     tol = Tolerances.for_precision(artifact.numerics)
-    report = validate(artifact.directory, OpenVinoBackend(ir=xml), None, tol, progress)
+    try:
+        report = validate(artifact.directory, OpenVinoBackend(ir=xml), None, tol, progress)
+    except (RuntimeError, DeploytkError) as e:  # OpenVINO's own errors (reading, compiling, running the IR) are RuntimeErrors
+        raise DeploytkError(
+            f"the OpenVINO IR of {artifact.directory} could not be validated against the PyTorch reference "
+            f"({str(e).strip().splitlines()[-1]}); nothing was written.",
+            hint=f"Run `deploytk validate {artifact.directory} --backend openvino` to see whether the export itself runs on OpenVINO.",
+        ) from None
     summary = {
         "passed": report.passed,
         "checks": report.checks,

@@ -107,3 +107,26 @@ def test_the_digits_int8_table_is_what_its_command_prints():
 
     result = json.loads((ROOT / "benchmarks" / "results" / "digits_int8_accuracy.json").read_text())
     assert markdown(result) in README
+
+
+def test_the_triton_load_table_is_what_its_command_prints():
+    """The README's serving load table is `benchmarks/triton_load.py --markdown` of the committed JSON."""
+    from benchmarks.triton_load import markdown
+
+    result = json.loads((ROOT / "benchmarks" / "results" / "triton_load_amd_epyc.json").read_text())
+    assert not result["smoke"] and markdown(result) in README
+
+
+def test_the_serving_test_count_is_what_pytest_collects():
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "tests/serve"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    collected = int(re.search(r"(\d+) tests? collected", done.stdout).group(1))
+    claimed = {int(n) for n in re.findall(r"`tests/serve/`, (\d+) tests", README)}
+    assert claimed == {collected}, (claimed, collected)

@@ -220,6 +220,8 @@ BAD = {
     ),
     "max batch below 1": (lambda art: None, ["--max-batch", "0"], "--max-batch 0: must be an int >= 1"),
     "unusable name": (lambda art: None, ["--name", "../up"], "is not a usable Triton model name"),
+    "unknown runtime": (lambda art: None, ["--runtime", "tensorflow"], "--runtime 'tensorflow': Triton backends deploytk packages for are"),
+    "tensorrt without an engine": (lambda art: None, ["--runtime", "tensorrt"], "--runtime tensorrt: "),
 }
 
 
@@ -259,3 +261,83 @@ def test_an_earlier_model_is_replaced_only_with_force_and_a_user_s_folder_never(
     assert parse_config(repo / "digits").name == "digits"
     assert files_under(repo / "digits") == ["1", "1/model.onnx", "README.md", "config.pbtxt", "notes.txt"]
     assert (repo / "digits" / "notes.txt").read_text() == "mine"
+
+
+def test_openvino_repository_is_an_ir_with_stable_topk_validated_before_it_is_written(artifact, tmp_path):
+    repo = tmp_path / "repo"
+    result = invoke(artifact, "--triton", repo, "--name", "digits_ov", "--runtime", "openvino", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    model_dir = repo / "digits_ov"
+    assert files_under(model_dir) == ["1", "1/model.bin", "1/model.xml", "README.md", "config.pbtxt"]
+    config = parse_config(model_dir)
+    assert (config.name, config.platform, config.backend, config.max_batch_size) == ("digits_ov", "", "openvino", 8)
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    assert tensors(config.input) == manifest_tensors(manifest, "inputs") and tensors(config.output) == manifest_tensors(manifest, "outputs")
+    assert not config.instance_group  # the openvino backend runs on the CPU
+    validation = report["validation"]
+    assert validation["passed"] and validation["num_images"] == 64 and validation["top1_agreement"] == 1.0
+    assert validation["max_abs_diff"] < 1e-4
+    xml = (model_dir / "1" / "model.xml").read_text()
+    assert validation["stable_topk"] == xml.count('type="TopK"') == xml.count('stable="true"') > 0  # ties as ONNX and PyTorch break them
+    readme = " ".join((model_dir / "README.md").read_text().split())
+    assert "backend openvino, max_batch_size 8" in readme and "every TopK made stable" in readme
+
+
+@pytest.fixture(scope="module")
+def other_export(tmp_path_factory):
+    """The digits ToMe config on seeded random weights: the same graph, shapes and tensor names, other outputs."""
+    import timm
+    from conftest import seeded_init
+    from safetensors.torch import save_file
+
+    folder = tmp_path_factory.mktemp("export")
+    model = timm.create_model("vit_tiny_patch16_224", patch_size=4, embed_dim=96, num_heads=3, num_classes=10, img_size=32)
+    save_file(seeded_init(model, seed=7).state_dict(), folder / "random.safetensors")
+    return export_config("digits_vit_tome_r4", folder / "digits_random", checkpoint=str(folder / "random.safetensors"))
+
+
+def _damaged_write_ir(monkeypatch, damage):
+    from deploytk.backends.openvino_backend import OpenVinoBackend
+
+    write_ir = OpenVinoBackend.write_ir
+
+    def damaged(self, art, xml):
+        return damage(write_ir, self, art, xml)
+
+    monkeypatch.setattr(OpenVinoBackend, "write_ir", damaged)
+
+
+def _scrambled(write_ir, backend, art, xml):  # the IR's weights file shuffled: OpenVINO cannot even read it
+    written = write_ir(backend, art, xml)
+    weights = np.fromfile(xml.with_suffix(".bin"), dtype=np.uint8)
+    np.random.default_rng(0).shuffle(weights)
+    weights.tofile(xml.with_suffix(".bin"))
+    return written
+
+
+@pytest.mark.parametrize("damage", ["another model's IR", "scrambled weights"])
+def test_an_ir_that_fails_validation_is_refused_and_nothing_is_written(artifact, other_export, tmp_path, monkeypatch, damage):
+    """What a faulty conversion could hand over: an IR that runs but computes something else, or one OpenVINO cannot read."""
+    from deploytk.export.artifacts import Artifact
+
+    if damage == "another model's IR":  # same inputs and outputs, different model
+        _damaged_write_ir(monkeypatch, lambda write_ir, backend, art, xml: write_ir(backend, Artifact.open(other_export), xml))
+        message = "fails validation against the PyTorch reference"
+    else:
+        _damaged_write_ir(monkeypatch, _scrambled)
+        message = "could not be validated against the PyTorch reference"
+    repo = tmp_path / "repo"
+    result = invoke(artifact, "--triton", repo, "--name", "digits_ov", "--runtime", "openvino")
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert "the OpenVINO IR of" in text and message in text and "nothing was written" in text and "Traceback" not in text
+    assert not repo.exists()
+
+
+def test_runtime_onnxruntime_packages_the_onnx_even_beside_an_engine(artifact, tmp_path):
+    write_engine(artifact)
+    repo = tmp_path / "repo"
+    assert invoke(artifact, "--triton", repo, "--name", "digits", "--runtime", "onnxruntime").exit_code == 0
+    assert files_under(repo / "digits") == ["1", "1/model.onnx", "README.md", "config.pbtxt"]
+    assert parse_config(repo / "digits").backend == "onnxruntime"
