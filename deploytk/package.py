@@ -37,7 +37,7 @@ from deploytk.export.artifacts import ENGINE_FILE, ENGINE_MANIFEST_FILE, Artifac
 from deploytk.export.onnx_io import data_file_name
 from deploytk.files import DirectoryKind, claim_directory
 from deploytk.progress import SILENT, Progress
-from deploytk.validate.validator import Tolerances, validate
+from deploytk.validate.validator import run_validation
 
 CONFIG_FILE = "config.pbtxt"
 README_FILE = "README.md"
@@ -113,10 +113,14 @@ def package_triton(
     force: bool = False,
     progress: Progress = SILENT,
     runtime: str | None = None,
+    images: Path | None = None,
 ) -> dict:
     """Write REPO/NAME (config.pbtxt, 1/model.onnx, 1/model.plan or 1/model.xml + .bin, README.md); every check, and the
     IR's validation, runs before anything is written. ``runtime``: Triton's backend (default: tensorrt when DIR has an
-    engine, else onnxruntime)."""
+    engine, else onnxruntime). ``images``: a folder the IR is validated on (an int8 IR needs images like its calibration data;
+    default: seeded synthetic images)."""
+    if images is not None and runtime != _OPENVINO["backend"]:
+        raise DeploytkError("--images is for --runtime openvino: the images the IR is validated on before it is written.")
     if max_batch is not None and max_batch < 1:
         raise DeploytkError(f"--max-batch {max_batch}: must be an int >= 1 (Triton's max_batch_size for a batching model).")
     if runtime is not None and runtime not in TRITON_RUNTIMES:
@@ -142,7 +146,7 @@ def package_triton(
     with tempfile.TemporaryDirectory(prefix="deploytk-package-") as scratch:
         ir = validation = None
         if chosen is _OPENVINO:
-            ir, validation = _validated_ir(artifact, Path(scratch) / _OPENVINO["file"], progress)
+            ir, validation = _validated_ir(artifact, Path(scratch) / _OPENVINO["file"], images, progress)
         sources = {chosen["file"]: ir or (artifact.directory / ENGINE_FILE if engine else artifact.onnx_path)}
         if ir is not None:
             sources[_OPENVINO["weights"]] = ir.with_suffix(".bin")
@@ -181,15 +185,15 @@ def package_triton(
     }
 
 
-def _validated_ir(artifact: Artifact, xml: Path, progress: Progress) -> tuple[Path, dict]:
-    """The artifact as an OpenVINO IR at ``xml``, run by OpenVINO from that file against the PyTorch reference (64 seeded
-    images, the artifact's default tolerances, as `deploytk validate --backend openvino`); a failure is a refusal."""
+def _validated_ir(artifact: Artifact, xml: Path, images: Path | None, progress: Progress) -> tuple[Path, dict]:
+    """The artifact as an OpenVINO IR at ``xml``, run by OpenVINO from that file against the PyTorch reference (64 of
+    ``images``, else 64 seeded synthetic images; the artifact's default tolerances, as `deploytk validate --backend
+    openvino [--images]`); a failure is a refusal."""
     progress.step("writing the OpenVINO IR (every TopK stable)")
     written = OpenVinoBackend().write_ir(artifact, xml)
     progress.step("validating the IR against the PyTorch reference")
-    tol = Tolerances.for_precision(artifact.numerics)
     try:
-        report = validate(artifact.directory, OpenVinoBackend(ir=xml), None, tol, progress)
+        report, _ = run_validation(artifact.directory, OpenVinoBackend(ir=xml), images=images, progress=progress)
     except (RuntimeError, DeploytkError) as e:  # OpenVINO's own errors (reading, compiling, running the IR) are RuntimeErrors
         raise DeploytkError(
             f"the OpenVINO IR of {artifact.directory} could not be validated against the PyTorch reference "
@@ -200,6 +204,7 @@ def _validated_ir(artifact: Artifact, xml: Path, progress: Progress) -> tuple[Pa
         "passed": report.passed,
         "checks": report.checks,
         "num_images": report.num_images,
+        "images": str(images) if images else "synthetic",
         "max_abs_diff": report.max_abs_diff,
         **({"top1_agreement": report.top1_agreement} if report.top1_agreement is not None else {}),
         **written,
@@ -209,7 +214,9 @@ def _validated_ir(artifact: Artifact, xml: Path, progress: Progress) -> tuple[Pa
         raise DeploytkError(
             f"the OpenVINO IR of {artifact.directory} fails validation against the PyTorch reference ({'; '.join(failed)}); "
             "nothing was written.",
-            hint=f"Run `deploytk validate {artifact.directory} --backend openvino` for the full report.",
+            hint=f"Run `deploytk validate {artifact.directory} --backend openvino{f' --images {images}' if images else ''}` for the full "
+            "report."
+            + ("" if images or not artifact.quantization else " An int8 IR is judged on images like its calibration data: pass --images."),
         )
     return xml, summary
 

@@ -233,6 +233,7 @@ class OpenVinoBackend(Backend):
         import openvino  # optional: guarded by core()
 
         artifact.require_runtime("an OpenVINO IR", ("openvino",))
+        inference_precision(core, artifact.precision, str(artifact.directory))  # a bf16 graph is refused, with the reason
         if artifact.ir_path is not None:
             model = core.read_model(str(artifact.ir_path))
         else:

@@ -397,11 +397,19 @@ def package(
         help="Triton backend: onnxruntime (1/model.onnx) | tensorrt (1/model.plan, from `deploytk build`) | openvino (1/model.xml + "
         ".bin, validated against the reference before it is written) [default: tensorrt when DIR has an engine, else onnxruntime].",
     ),
+    images: Path | None = typer.Option(
+        None,
+        "--images",
+        help="--runtime openvino: validate the IR on 64 images of this folder (default: seeded synthetic images; an int8 IR needs "
+        "images like its calibration data).",
+    ),
     json_out: bool = JSON,
 ):
     """Write a Triton model repository entry: REPO/NAME/config.pbtxt, 1/model.onnx (model.plan, model.xml), README.md."""
     with RichProgress(not json_out) as progress:
-        report = package_triton(directory, triton, name=name, max_batch=max_batch, force=force, progress=progress, runtime=runtime)
+        report = package_triton(
+            directory, triton, name=name, max_batch=max_batch, force=force, progress=progress, runtime=runtime, images=images
+        )
     render.package(report, json_out)
 
 

@@ -298,7 +298,7 @@ def validate(
 
 def run_validation(
     directory: Path,
-    backend: str,
+    backend: str | Backend,
     *,
     images: Path | None = None,
     num_images: int = 64,
@@ -313,7 +313,7 @@ def run_validation(
     flips = tolerances.get("max_branch_flips")
     if flips is not None and not 0 <= flips <= 1:
         raise DeploytkError(f"--max-branch-flips {flips} must be a fraction in [0, 1].")
-    backend = get_backend(backend, validating=True)
+    backend = get_backend(backend, validating=True) if isinstance(backend, str) else backend
     artifact = Artifact.open(directory, verify=False)  # validate() checks the hash
     tol = Tolerances.for_precision(artifact.numerics, **tolerances)
     reference = None

@@ -222,6 +222,7 @@ BAD = {
     "unusable name": (lambda art: None, ["--name", "../up"], "is not a usable Triton model name"),
     "unknown runtime": (lambda art: None, ["--runtime", "tensorflow"], "--runtime 'tensorflow': Triton backends deploytk packages for are"),
     "tensorrt without an engine": (lambda art: None, ["--runtime", "tensorrt"], "--runtime tensorrt: "),
+    "images without openvino": (lambda art: None, ["--images", "."], "--images is for --runtime openvino"),
 }
 
 
@@ -341,3 +342,11 @@ def test_runtime_onnxruntime_packages_the_onnx_even_beside_an_engine(artifact, t
     assert invoke(artifact, "--triton", repo, "--name", "digits", "--runtime", "onnxruntime").exit_code == 0
     assert files_under(repo / "digits") == ["1", "1/model.onnx", "README.md", "config.pbtxt"]
     assert parse_config(repo / "digits").backend == "onnxruntime"
+
+
+def test_openvino_refuses_a_bf16_export_with_the_reason_and_writes_nothing(tmp_path):
+    bf16 = export_config("digits_vit_tome_r4", tmp_path / "bf16", precision="bf16")
+    result = invoke(bf16, "--triton", tmp_path / "repo", "--runtime", "openvino")
+    assert result.exit_code == 2, result.output
+    assert "is a bf16 graph, which OpenVINO's CPU plugin cannot run as the graph says" in " ".join(result.output.split())
+    assert not (tmp_path / "repo").exists()

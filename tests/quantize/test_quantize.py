@@ -2,6 +2,7 @@
 the Q/DQ placement rules, a broken quantization that validation catches, and bad input that writes nothing."""
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -172,11 +173,24 @@ def test_openvino_int8_validates_and_profiles_against_dense_int8(digits):
     with pytest.raises(DeploytkError, match=r"quantized for openvino .* package --triton \(Triton's onnxruntime backend\) does not run"):
         package_triton(out, repo)
     assert not repo.exists()
+    with pytest.raises(DeploytkError, match=r"fails validation .* An int8 IR is judged on images like its calibration data: pass --images"):
+        package_triton(out, repo, name="digits_int8", runtime="openvino")  # synthetic noise is not what it was calibrated for
+    assert not repo.exists()
+    report = package_triton(out, repo, name="digits_int8", runtime="openvino", images=digits / "digits" / "val")
+    assert report["files"] == ["config.pbtxt", "1/model.xml", "1/model.bin", "README.md"]
+    assert report["validation"]["passed"] and report["validation"]["stable_topk"] > 0
+    readme = (repo / "digits_int8" / "README.md").read_text()
+    assert re.search(r"int8 \(nncf [\d.]+ on openvino .*, openvino rules\), the rest fp32", readme)
 
 
-def test_the_ort_int8_artifact_is_refused_by_openvino_and_tensorrt_builds(ort_int8):
+def test_the_ort_int8_artifact_is_refused_by_openvino_and_tensorrt_builds(ort_int8, tmp_path):
     with pytest.raises(DeploytkError, match=r"quantized for ort .* --backend openvino does not run that graph"):
         validate(ort_int8, "openvino", None, Tolerances.for_precision("int8"))
+    from deploytk.package import package_triton
+
+    with pytest.raises(DeploytkError, match=r"quantized for ort .* package --runtime openvino \(Triton's openvino backend\) does not run"):
+        package_triton(ort_int8, tmp_path / "repo", runtime="openvino")
+    assert not (tmp_path / "repo").exists()
     from deploytk.build.builder import build_engine
     from deploytk.build.options import build_options
 
