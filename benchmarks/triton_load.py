@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import cpu_result_output, deploytk, write_result  # noqa: E402
 from deploytk.machine import host  # noqa: E402
-from serving.tritonserver import TritonServer  # noqa: E402
+from serving.tritonserver import TritonServer, settled_statistics  # noqa: E402
 
 #: served model name -> (export config, export overrides, package options)
 MODELS = {
@@ -75,7 +75,7 @@ def load(client, grpcclient, model: str, images: np.ndarray, requests: int, conc
     with ThreadPoolExecutor(concurrency) as workers:
         done = list(workers.map(one, range(requests)))
     wall = time.perf_counter() - t0
-    after = statistics()
+    after = settled_statistics(statistics, int(before.get("inference_count", 0)) + requests)
     latencies = np.array([d[0] for d in done]) * 1000
     errors = [d[1] for d in done if d[1]]
     inferences = int(after["inference_count"]) - int(before.get("inference_count", 0))

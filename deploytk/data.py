@@ -67,12 +67,18 @@ def load_images(files: list[Path], transform) -> np.ndarray:
     return np.stack([transform(read_rgb(f)).numpy() for f in files]).astype(np.float32)
 
 
-def folder_batches(folder: Path, num_images: int, batch_size: int, transform) -> list[np.ndarray]:
-    """Up to ``num_images`` images from ``folder`` (recursively), preprocessed by ``transform`` (the model family's own)."""
+def image_files(folder: Path, num_images: int) -> list[Path]:
+    """Up to ``num_images`` image files under ``folder`` (recursively, sorted); a missing or imageless folder is refused."""
     folder = Path(folder)
     if not folder.is_dir():
         raise DeploytkError(f"image folder {folder} does not exist (--images).")
     files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)[:num_images]
     if not files:
         raise DeploytkError(f"image folder {folder} holds no images ({', '.join(sorted(IMAGE_SUFFIXES))}).")
+    return files
+
+
+def folder_batches(folder: Path, num_images: int, batch_size: int, transform) -> list[np.ndarray]:
+    """Up to ``num_images`` images from ``folder`` (recursively), preprocessed by ``transform`` (the model family's own)."""
+    files = image_files(folder, num_images)
     return [load_images(files[i : i + batch_size], transform) for i in range(0, len(files), batch_size)]

@@ -32,6 +32,7 @@ import onnx
 
 from deploytk.backends.engine_manifest import onnx_mismatch, read_engine_manifest
 from deploytk.backends.openvino_backend import OpenVinoBackend
+from deploytk.data import image_files
 from deploytk.errors import DeploytkError
 from deploytk.export.artifacts import ENGINE_FILE, ENGINE_MANIFEST_FILE, Artifact
 from deploytk.export.onnx_io import data_file_name
@@ -121,6 +122,8 @@ def package_triton(
     default: seeded synthetic images)."""
     if images is not None and runtime != _OPENVINO["backend"]:
         raise DeploytkError("--images is for --runtime openvino: the images the IR is validated on before it is written.")
+    if images is not None:
+        image_files(images, 1)  # a missing folder, or one without images, is refused before any work
     if max_batch is not None and max_batch < 1:
         raise DeploytkError(f"--max-batch {max_batch}: must be an int >= 1 (Triton's max_batch_size for a batching model).")
     if runtime is not None and runtime not in TRITON_RUNTIMES:
@@ -190,14 +193,19 @@ def _validated_ir(artifact: Artifact, xml: Path, images: Path | None, progress: 
     ``images``, else 64 seeded synthetic images; the artifact's default tolerances, as `deploytk validate --backend
     openvino [--images]`); a failure is a refusal."""
     progress.step("writing the OpenVINO IR (every TopK stable)")
-    written = OpenVinoBackend().write_ir(artifact, xml)
+    backend = OpenVinoBackend()
+    backend.core()  # a missing OpenVINO is refused as such, with the install command
+    try:
+        written = backend.write_ir(artifact, xml)
+    except RuntimeError as e:  # OpenVINO's own errors are RuntimeErrors
+        raise DeploytkError(f"OpenVINO could not convert {artifact.directory} to an IR ({_last_line(e)}); nothing was written.") from None
     progress.step("validating the IR against the PyTorch reference")
     try:
         report, _ = run_validation(artifact.directory, OpenVinoBackend(ir=xml), images=images, progress=progress)
-    except (RuntimeError, DeploytkError) as e:  # OpenVINO's own errors (reading, compiling, running the IR) are RuntimeErrors
+    except (RuntimeError, DeploytkError) as e:  # reading, compiling or running the IR; the reference's replay of its choices
         raise DeploytkError(
-            f"the OpenVINO IR of {artifact.directory} could not be validated against the PyTorch reference "
-            f"({str(e).strip().splitlines()[-1]}); nothing was written.",
+            f"the OpenVINO IR of {artifact.directory} could not be validated against the PyTorch reference ({_last_line(e)}); "
+            "nothing was written.",
             hint=f"Run `deploytk validate {artifact.directory} --backend openvino` to see whether the export itself runs on OpenVINO.",
         ) from None
     summary = {
@@ -219,6 +227,11 @@ def _validated_ir(artifact: Artifact, xml: Path, images: Path | None, progress: 
             + ("" if images or not artifact.quantization else " An int8 IR is judged on images like its calibration data: pass --images."),
         )
     return xml, summary
+
+
+def _last_line(error: Exception) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[-1] if lines else type(error).__name__
 
 
 def sanitize_model_name(text: str) -> str:
@@ -434,7 +447,9 @@ def _readme(
             "inlined into standard ops, every TopK made stable so that ties pick the lower index as the PyTorch reference "
             "does), run by Triton's `openvino` backend on the CPU; the batch axis is dynamic. `deploytk package` ran this IR "
             "with OpenVINO against the PyTorch reference before writing it. "
-            "The backend takes no auto-completed config: the config.pbtxt here is complete."
+            "The backend takes no auto-completed config: the config.pbtxt here is complete. deploytk validated the IR in "
+            "f32; on a CPU with bf16 arithmetic (AVX512-BF16, AMX) OpenVINO's CPU plugin computes in bf16 unless told "
+            "otherwise, which changes merge choices: check that your openvino backend version runs it in f32 there."
         )
         gpu_note = " The openvino backend runs on the CPU: leave out `--gpus all`."
     else:

@@ -101,6 +101,17 @@ class ServeEnvironment:
         return env
 
 
+def settled_statistics(read, inference_count: int, timeout: float = 10.0) -> dict:
+    """A model's statistics (``read()``: one model_stats entry as JSON) once they count ``inference_count`` inferences:
+    the backend may record a batch's statistics just after it has sent the responses."""
+    deadline = time.monotonic() + timeout
+    while True:
+        stats = read()
+        if int(stats.get("inference_count", 0)) >= inference_count or time.monotonic() > deadline:
+            return stats
+        time.sleep(0.05)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -110,19 +121,23 @@ def free_port() -> int:
 class TritonServer:
     """One `tritonserver` process on a model repository, listening on 127.0.0.1 only (HTTP, gRPC; no metrics port).
 
-    ``explicit=True`` starts with no model loaded (Triton's explicit model control), for tests that load models one
-    by one; otherwise every model in the repository is loaded at start, and a model that fails to load leaves the
-    others serving (``--exit-on-error=false``, readiness not strict)."""
+    Every model in the repository is loaded at start; a model that fails to load leaves the others serving
+    (``--exit-on-error=false``, readiness not strict), its reason in the repository index."""
 
-    def __init__(self, repository: Path, environment: ServeEnvironment | None = None, explicit: bool = False, log: Path | None = None):
+    def __init__(self, repository: Path, environment: ServeEnvironment | None = None, log: Path | None = None):
         self.repository = Path(repository)
         self.environment = environment or ServeEnvironment.find()
-        self.explicit = explicit
         self._scratch = Path(tempfile.mkdtemp(prefix="deploytk-triton-"))
-        self.backends = self.environment.backend_directory(self._scratch / "backends")
+        #: the Python backend's shared-memory regions (/dev/shm/<prefix>*), removed by close() even after a SIGKILL
+        self.shm_prefix = f"deploytk_{self._scratch.name.rsplit('-', 1)[-1]}_"
         self.log_path = log or self._scratch / "server.log"
         self.process: subprocess.Popen | None = None
         self.http_port = self.grpc_port = None
+        try:
+            self.backends = self.environment.backend_directory(self._scratch / "backends")
+        except BaseException:
+            self.close()
+            raise
 
     @property
     def http_url(self) -> str:
@@ -144,8 +159,9 @@ class TritonServer:
             "--allow-metrics=false",
             "--exit-on-error=false",
             "--strict-readiness=false",
-            f"--model-control-mode={'explicit' if self.explicit else 'none'}",
+            "--model-control-mode=none",
             "--exit-timeout-secs=5",
+            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
         ]
 
     def launch(self) -> TritonServer:
@@ -158,17 +174,21 @@ class TritonServer:
         return self
 
     def start(self, timeout: float = START_TIMEOUT_S) -> TritonServer:
-        """Start the server and wait until its HTTP endpoint is live (in mode none, after every model's load was tried)."""
+        """Start the server and wait until its HTTP endpoint is live (in mode none, after every model's load was tried).
+        A start that fails stops the server and removes everything it made (close) before raising."""
         self.launch()
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise ServerError(f"tritonserver exited with code {self.process.returncode} while starting:\n{self.log_tail()}")
-            if self._live():
-                return self
-            time.sleep(0.2)
-        self.stop()
-        raise ServerError(f"tritonserver was not live after {timeout:.0f} s and was stopped:\n{self.log_tail()}")
+        try:
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    raise ServerError(f"tritonserver exited with code {self.process.returncode} while starting:\n{self.log_tail()}")
+                if self._live():
+                    return self
+                time.sleep(0.2)
+            raise ServerError(f"tritonserver was not live after {timeout:.0f} s and was stopped:\n{self.log_tail()}")
+        except BaseException:
+            self.close()
+            raise
 
     def _live(self) -> bool:
         try:
@@ -194,14 +214,20 @@ class TritonServer:
             self.kill()
 
     def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:  # not started, or closed
+            return ""
 
     def log_tail(self, lines: int = 30) -> str:
         return "\n".join(self.log().splitlines()[-lines:])
 
     def close(self) -> None:
+        """Stop the server, remove its scratch folder and its shared-memory regions (a killed server leaves them)."""
         self.stop()
         shutil.rmtree(self._scratch, ignore_errors=True)
+        for region in Path("/dev/shm").glob(f"{self.shm_prefix}*"):
+            region.unlink(missing_ok=True)
 
     def __enter__(self) -> TritonServer:
         return self.start()

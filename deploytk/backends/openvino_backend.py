@@ -242,6 +242,11 @@ class OpenVinoBackend(Backend):
                 graph = inline_deploytk_functions(graph)
             with runnable(graph) as source:
                 model = core.read_model(io.BytesIO(source) if isinstance(source, bytes) else source)
+        if any(not port.get_partial_shape()[0].is_dynamic for port in model.inputs):  # Triton's batcher sends any batch size
+            raise DeploytkError(
+                f"{artifact.directory}'s graph has a fixed batch size ({model.inputs[0].get_partial_shape()}); Triton needs a dynamic one.",
+                hint="Re-run `deploytk export` (exports have a dynamic 'batch' axis).",
+            )
         topk = stable_topk(model)
         openvino.save_model(model, str(xml), compress_to_fp16=False)  # fp32 stays fp32; an fp16 export is fp16 already
         return {"openvino": openvino_version(), "stable_topk": topk}

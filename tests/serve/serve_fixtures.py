@@ -21,6 +21,7 @@ from deploytk.progress import SILENT
 from serving.tritonserver import ServeEnvironment, ServerError, TritonServer
 
 grpcclient = pytest.importorskip("tritonclient.grpc", reason="tritonclient[grpc,http] (the `test` extra) is not installed")
+httpclient = pytest.importorskip("tritonclient.http", reason="tritonclient[grpc,http] (the `test` extra) is not installed")
 
 #: the models of the shared repository: name -> (export fixture, package options)
 SERVED = {"digits": ("digits", []), "digits_ov": ("digits", ["--runtime", "openvino"]), "deit_s": ("deit", [])}

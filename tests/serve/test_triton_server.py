@@ -18,13 +18,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-import tritonclient.http as httpclient
-from serve_fixtures import (  # noqa: F401  (fixtures)
+from serve_fixtures import (  # noqa: F401  (fixtures; the tritonclient modules, or a skip when it is missing)
     SERVED,
     ServedBackend,
     exports,
     fresh_copy,
     grpcclient,
+    httpclient,
     package,
     repository,
     serve_environment,
@@ -40,7 +40,7 @@ from deploytk.export.artifacts import Artifact
 from deploytk.models import build_reference
 from deploytk.package import TensorSpec, config_pbtxt
 from deploytk.validate.validator import Tolerances, validate
-from serving.tritonserver import TritonServer
+from serving.tritonserver import TritonServer, settled_statistics
 
 #: requests per concurrency in the load test (each a batch of 1)
 LOAD = {1: 600, 8: 1200, 32: 3000}
@@ -71,13 +71,13 @@ def damaged(exports, repository, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def server(repository, serve_environment):
+def server(serve_environment, repository):  # the environment first: without it, skip before any export
     with contextlib.closing(start(repository, serve_environment)) as running:
         yield running
 
 
 @pytest.fixture(scope="module")
-def damaged_server(damaged, serve_environment):
+def damaged_server(serve_environment, damaged):
     with contextlib.closing(start(damaged, serve_environment)) as running:
         yield running
 
@@ -189,7 +189,8 @@ def test_load_zero_errors_reference_outputs_and_dynamic_batching(server, referen
 
     with ThreadPoolExecutor(concurrency) as workers:
         errors = list(workers.map(one, range(LOAD[concurrency])))  # an exception in any request fails the test here
-    after = client.get_inference_statistics("digits", as_json=True)["model_stats"][0]
+    expected_count = int(before.get("inference_count", 0)) + LOAD[concurrency]
+    after = settled_statistics(lambda: client.get_inference_statistics("digits", as_json=True)["model_stats"][0], expected_count)
     inferences = int(after["inference_count"]) - int(before.get("inference_count", 0))
     executions = int(after["execution_count"]) - int(before.get("execution_count", 0))
     assert inferences == LOAD[concurrency] and max(errors) <= tol.atol
