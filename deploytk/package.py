@@ -193,10 +193,8 @@ def _validated_ir(artifact: Artifact, xml: Path, images: Path | None, progress: 
     ``images``, else 64 seeded synthetic images; the artifact's default tolerances, as `deploytk validate --backend
     openvino [--images]`); a failure is a refusal."""
     progress.step("writing the OpenVINO IR (every TopK stable)")
-    backend = OpenVinoBackend()
-    backend.core()  # a missing OpenVINO is refused as such, with the install command
-    try:
-        written = backend.write_ir(artifact, xml)
+    try:  # a missing OpenVINO is a DeploytkError with the install command, passed on as is
+        written = OpenVinoBackend().write_ir(artifact, xml)
     except RuntimeError as e:  # OpenVINO's own errors are RuntimeErrors
         raise DeploytkError(f"OpenVINO could not convert {artifact.directory} to an IR ({_last_line(e)}); nothing was written.") from None
     progress.step("validating the IR against the PyTorch reference")

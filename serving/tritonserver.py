@@ -124,13 +124,13 @@ class TritonServer:
     Every model in the repository is loaded at start; a model that fails to load leaves the others serving
     (``--exit-on-error=false``, readiness not strict), its reason in the repository index."""
 
-    def __init__(self, repository: Path, environment: ServeEnvironment | None = None, log: Path | None = None):
+    def __init__(self, repository: Path, environment: ServeEnvironment | None = None):
         self.repository = Path(repository)
         self.environment = environment or ServeEnvironment.find()
         self._scratch = Path(tempfile.mkdtemp(prefix="deploytk-triton-"))
         #: the Python backend's shared-memory regions (/dev/shm/<prefix>*), removed by close() even after a SIGKILL
         self.shm_prefix = f"deploytk_{self._scratch.name.rsplit('-', 1)[-1]}_"
-        self.log_path = log or self._scratch / "server.log"
+        self.log_path = self._scratch / "server.log"
         self.process: subprocess.Popen | None = None
         self.http_port = self.grpc_port = None
         try:

@@ -91,6 +91,14 @@ def fake_quantized_choices(model) -> list[str]:
     return found
 
 
+def read_onnx(core, graph: onnx.ModelProto):
+    """``graph`` as an ov.Model, its deploytk functions inlined first (OpenVINO's reader refuses custom-domain functions)."""
+    if graph.functions or any(n.domain for n in graph.graph.node):
+        graph = inline_deploytk_functions(graph)
+    with runnable(graph) as source:  # bytes, or a temporary file with external data past protobuf's limit
+        return core.read_model(io.BytesIO(source) if isinstance(source, bytes) else source)
+
+
 class OpenVinoModel(LoadedModel):
     """One ov.Model, compiled for one batch size at a time (static shapes).
 
@@ -191,11 +199,7 @@ class OpenVinoBackend(Backend):
                 model.add_outputs(extra)
             outputs += extra
         elif graph is not None:
-            if graph.functions or any(n.domain for n in graph.graph.node):
-                graph = inline_deploytk_functions(graph)
-            with runnable(graph) as source:  # bytes, or a temporary file with external data past protobuf's limit
-                model = core.read_model(io.BytesIO(source) if isinstance(source, bytes) else source)
-            outputs = [o.name for o in graph.graph.output]
+            model, outputs = read_onnx(core, graph), [o.name for o in graph.graph.output]
         else:
             model, outputs = core.read_model(str(path)), [o["name"] for o in artifact.manifest["outputs"]]
         stable_topk(model)
@@ -237,11 +241,7 @@ class OpenVinoBackend(Backend):
         if artifact.ir_path is not None:
             model = core.read_model(str(artifact.ir_path))
         else:
-            graph = onnx.load(str(artifact.inlined_path or artifact.onnx_path))
-            if graph.functions or any(n.domain for n in graph.graph.node):
-                graph = inline_deploytk_functions(graph)
-            with runnable(graph) as source:
-                model = core.read_model(io.BytesIO(source) if isinstance(source, bytes) else source)
+            model = read_onnx(core, onnx.load(str(artifact.inlined_path or artifact.onnx_path)))
         if any(not port.get_partial_shape()[0].is_dynamic for port in model.inputs):  # Triton's batcher sends any batch size
             raise DeploytkError(
                 f"{artifact.directory}'s graph has a fixed batch size ({model.inputs[0].get_partial_shape()}); Triton needs a dynamic one.",

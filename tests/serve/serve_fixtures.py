@@ -5,7 +5,6 @@ DEPLOYTK_REQUIRE_SERVER=1 turns that skip into a failure, so CI never passes wit
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -30,11 +29,6 @@ SERVED = {"digits": ("digits", []), "digits_ov": ("digits", ["--runtime", "openv
 def package(directory: Path, repository: Path, name: str, *options) -> None:
     result = CliRunner().invoke(app, ["package", str(directory), "--triton", str(repository), "--name", name, *options])
     assert result.exit_code == 0, result.output
-
-
-def tree_digest(path: Path) -> dict[str, str]:
-    """sha256 of every file under ``path``, by relative path."""
-    return {str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(path.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture(scope="session")
@@ -117,5 +111,5 @@ def fresh_copy(tmp_path):
     return copy
 
 
-def start(repository: Path, environment: ServeEnvironment, **options) -> TritonServer:
-    return TritonServer(repository, environment, **options).start()
+def start(repository: Path, environment: ServeEnvironment) -> TritonServer:
+    return TritonServer(repository, environment).start()

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from conftest import snapshot
 from serve_fixtures import (  # noqa: F401  (fixtures; the tritonclient modules, or a skip when it is missing)
     SERVED,
     ServedBackend,
@@ -29,7 +30,6 @@ from serve_fixtures import (  # noqa: F401  (fixtures; the tritonclient modules,
     repository,
     serve_environment,
     start,
-    tree_digest,
 )
 from tritonclient.utils import InferenceServerException
 from typer.testing import CliRunner
@@ -253,7 +253,7 @@ def test_a_broken_model_fails_to_load_clearly_while_its_neighbour_serves(damaged
 
 def test_killed_mid_load_and_restarted_serves_with_the_repository_intact(repository, serve_environment, references, fresh_copy):
     repo = fresh_copy(repository, "deit_s", "digits")
-    before = tree_digest(repo)
+    before = snapshot(repo)
     with contextlib.closing(TritonServer(repo, serve_environment).launch()) as server:
         deadline = time.monotonic() + 60
         while "loading: " not in server.log() and time.monotonic() < deadline:
@@ -261,7 +261,7 @@ def test_killed_mid_load_and_restarted_serves_with_the_repository_intact(reposit
         assert "loading: " in server.log(), server.log_tail()
         server.kill()  # SIGKILL while the models load: no shutdown of any kind
         assert "successfully loaded 'deit_s'" not in server.log()  # it was killed mid-load
-    assert tree_digest(repo) == before  # the server wrote nothing into the repository, even killed
+    assert snapshot(repo) == before  # the server wrote nothing into the repository and changed no file, even killed
     with contextlib.closing(start(repo, serve_environment)) as restarted:
         x = images(2, 224, seed=3)
         np.testing.assert_allclose(infer(restarted.http_url, "deit_s", x), references["deit"].run(x)["logits"], atol=1e-4, rtol=0)
