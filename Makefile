@@ -9,7 +9,7 @@ DEMO_DIR := artifacts/deit_small_tome_r16
 # The local Triton Inference Server's environment (serving/README.md): nvidia-pytriton's tritonserver, numpy < 2.
 SERVE_VENV := .venv-serve
 
-.PHONY: install serve-env demo lint test test-all gpu-bench clean
+.PHONY: install serve-env demo lint test slow ci coverage test-all gpu-bench device-kit clean
 
 install: $(BIN)/.installed
 
@@ -40,11 +40,34 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 
-# Default suite: lint, then CPU-only tests, no slow/GPU/TensorRT ones. pytest's exit 5 (no tests ran) fails.
-# The serving tests run a real tritonserver from $(SERVE_VENV); here they fail rather than skip when it cannot start.
+# pytest on both cores: two xdist workers, each pinned to its own CPU with one thread (tests/conftest.py), a test
+# file's tests on one worker (its module fixtures made once), the exports shared between them (tests/helpers/exports.py).
+# pytest's exit 5 (no tests ran) fails. The serving tests run a real tritonserver from $(SERVE_VENV); under `test`,
+# `slow` and `ci` they fail rather than skip when it cannot start.
+WORKERS ?= 2
+PYTEST := DEPLOYTK_REQUIRE_SERVER=1 $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile
+DEFAULT_TESTS := -m "not slow and not gpu and not trt"
+SLOW_TESTS := -m "slow and not gpu and not trt"
+COVERAGE := --cov=deploytk --cov=deploytk_plugins --cov=serving --cov-report=term:skip-covered
+define run_pytest
+	$(PYTEST) $(1); rc=$$?; if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests"; exit 1; fi; exit $$rc
+endef
+
+# The quick check (README): lint, then the default suite (CPU only; no slow, GPU or TensorRT tests). At most 12 minutes.
 test: lint serve-env
-	DEPLOYTK_REQUIRE_SERVER=1 $(BIN)/python -m pytest -m "not slow and not gpu and not trt" -q; rc=$$?; \
-	  if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests"; exit 1; fi; exit $$rc
+	$(call run_pytest,$(DEFAULT_TESTS))
+
+# The slow tier: every shipped config, official-code equality on every model size, large models, load in thousands.
+slow: install serve-env
+	$(call run_pytest,$(SLOW_TESTS))
+
+# What CI runs (.ci/run): the quick check, then the slow tier. At most 60 minutes.
+ci: test slow
+
+# Line coverage of deploytk/, plugins/ and serving/ under the default suite (`make coverage TESTS=` for every CPU test).
+TESTS ?= $(DEFAULT_TESTS)
+coverage: install serve-env
+	$(call run_pytest,$(TESTS) $(COVERAGE))
 
 test-all: install
 	$(BIN)/python -m pytest -q
@@ -54,6 +77,11 @@ METHOD_CONFIGS := export_configs/deit_small_mctf_r16.yaml,export_configs/deit_sm
 gpu-bench: install
 	$(BIN)/deploytk selftest --json > benchmarks/results/selftest_gpu.json; rc=$$?; cat benchmarks/results/selftest_gpu.json | head -c 400; echo; \
 	  $(BIN)/python benchmarks/kernel_bandwidth.py && $(BIN)/python benchmarks/end_to_end_latency.py --configs $(METHOD_CONFIGS) && exit $$rc
+
+# The GPU check's kit (CONTRIBUTING.md, "The GPU check"): the wheels the GPU machine's image lacks, pinned in
+# scripts/device_kit.txt, and deploytk's own wheel, in device-kit/ (git-ignored) for the device tool to carry.
+device-kit: install
+	$(BIN)/python scripts/device_kit.py --output device-kit
 
 clean:
 	rm -rf artifacts .pytest_cache $(SERVE_VENV)

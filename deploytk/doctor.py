@@ -63,7 +63,22 @@ EXTRAS = {
     "gpu": (("onnxruntime-gpu", "triton"), "--backend ort-cuda, the Triton kernels (--backend torch on a GPU, selftest, plugins compile)"),
     "tensorrt": (("tensorrt", "polygraphy"), "deploytk build, --backend trt"),
     "serve": (("tritonclient",), "a client for the Triton server repositories `deploytk package --triton` writes"),
-    "test": (("pytest", "ruff", "import-linter", "openvino", "nncf", "tritonclient", "matplotlib", "transformers"), "make test"),
+    "test": (
+        (
+            "pytest",
+            "pytest-xdist",
+            "pytest-cov",
+            "filelock",
+            "ruff",
+            "import-linter",
+            "openvino",
+            "nncf",
+            "tritonclient",
+            "matplotlib",
+            "transformers",
+        ),
+        "make test",
+    ),
     "bench": (("matplotlib",), "the plots of benchmarks/, visualize and tune"),
 }
 #: distributions that stand in for a requirement: TensorRT's wheels are also installed per CUDA version without the metapackage

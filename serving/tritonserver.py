@@ -36,6 +36,8 @@ SERVE_VENV = ROOT / ".venv-serve"
 STANDINS = Path(__file__).resolve().parent / "backends"
 #: the Triton backends a stand-in replaces (folder names under serving/backends/)
 STANDIN_BACKENDS = ("onnxruntime", "openvino")
+#: the stand-ins' variable for TritonServer(hold_loads=...) (serving/backends/standin_common.py reads it)
+HOLD_LOADS = "DEPLOYTK_STANDIN_HOLD_LOADS"
 #: how long a start may take before the server is stopped and the start fails with its log
 START_TIMEOUT_S = 120.0
 
@@ -124,9 +126,12 @@ class TritonServer:
     Every model in the repository is loaded at start; a model that fails to load leaves the others serving
     (``--exit-on-error=false``, readiness not strict), its reason in the repository index."""
 
-    def __init__(self, repository: Path, environment: ServeEnvironment | None = None):
+    def __init__(self, repository: Path, environment: ServeEnvironment | None = None, hold_loads: Path | None = None):
+        """``hold_loads``: a folder; while it holds a file named ``hold``, every stand-in model's load waits after writing
+        ``<model>.loading`` there (serving/backends/standin_common.py), so a test can stop the server mid-load."""
         self.repository = Path(repository)
         self.environment = environment or ServeEnvironment.find()
+        self.hold_loads = hold_loads
         self._scratch = Path(tempfile.mkdtemp(prefix="deploytk-triton-"))
         #: the Python backend's shared-memory regions (/dev/shm/<prefix>*), removed by close() even after a SIGKILL
         self.shm_prefix = f"deploytk_{self._scratch.name.rsplit('-', 1)[-1]}_"
@@ -168,9 +173,8 @@ class TritonServer:
         """Start the process and return at once (``start`` also waits until it is live)."""
         self.http_port, self.grpc_port = free_port(), free_port()
         with self.log_path.open("wb") as log:
-            self.process = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, env=self.environment.environ(), start_new_session=True
-            )
+            env = self.environment.environ() | ({HOLD_LOADS: str(self.hold_loads)} if self.hold_loads else {})
+            self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         return self
 
     def start(self, timeout: float = START_TIMEOUT_S) -> TritonServer:

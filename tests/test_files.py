@@ -8,11 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import snapshot
 
 from deploytk.errors import DeploytkError
 from deploytk.export.artifacts import EXPORT, MANIFEST_FORMAT
 from deploytk.files import DirectoryKind, atomic_file, claim_directory, claim_file, claim_yaml, write_atomically, written_by_deploytk
+
+from helpers import snapshot
 
 
 def _toy_files(folder: Path) -> set[str] | None:

@@ -18,12 +18,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import snapshot
 from PIL import Image
 from typer.testing import CliRunner
 
 from deploytk.cli import app
-from deploytk.export.pipeline import run_export
+
+from helpers import snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "export_configs" / "digits_vit_tome_r4.yaml"
@@ -49,12 +49,9 @@ def configs(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def artifact(tmp_path_factory, configs):
-    from deploytk.config import load_config
-
-    out = tmp_path_factory.mktemp("art") / "digits"
-    run_export(load_config(configs / "digits.yaml"), out)
-    return out
+def artifact(exported):
+    """The digits ToMe export (configs/digits.yaml's config), the shared one: the commands here only read it."""
+    return exported("digits_vit_tome_r4")
 
 
 @pytest.fixture

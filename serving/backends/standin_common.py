@@ -4,10 +4,26 @@ The harness copies this file beside each stand-in's model.py (the Python backend
 """
 
 import json
+import os
+import time
 from pathlib import Path
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+
+#: a folder set by TritonServer(hold_loads=...): while it holds a file named ``hold``, every model's load waits there
+HOLD_LOADS = "DEPLOYTK_STANDIN_HOLD_LOADS"
+
+
+def wait_while_held(model: str) -> None:
+    """For a test that stops the server mid-load: say that this model's load began (``<model>.loading`` in the folder),
+    then wait while the ``hold`` file is there. Without the variable, nothing."""
+    folder = os.environ.get(HOLD_LOADS)
+    if not folder:
+        return
+    (Path(folder) / f"{model}.loading").touch()
+    while (Path(folder) / "hold").exists():
+        time.sleep(0.05)
 
 
 class BatchedModel:
@@ -23,6 +39,7 @@ class BatchedModel:
     def initialize(self, args):
         config = json.loads(args["model_config"])
         self.name = config["name"]
+        wait_while_held(self.name)
         self.input_names = [t["name"] for t in config["input"]]
         self.output_names = [t["name"] for t in config["output"]]
         file = config.get("default_model_filename") or self.default_file

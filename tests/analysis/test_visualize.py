@@ -7,7 +7,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import digits_config
 from PIL import Image
 from typer.testing import CliRunner
 
@@ -20,6 +19,8 @@ from deploytk.files import claim_file
 from deploytk.methods import METHODS, get_method
 from deploytk.models import build_reference
 from deploytk.visualize import picture, trace, visualize
+
+from helpers import digits_config
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()

@@ -13,12 +13,12 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from conftest import digits_config, export_config
 from typer.testing import CliRunner
 
 from deploytk.cli import app
 from deploytk.data import synthetic_batches
-from deploytk.export.pipeline import run_export
+
+from helpers import digits_config
 
 pytest.importorskip("openvino", reason="the openvino extra is not installed")
 
@@ -26,10 +26,8 @@ runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
-def digits_tome(tmp_path_factory):
-    out = tmp_path_factory.mktemp("ov") / "digits_tome"
-    run_export(digits_config("digits_vit_tome_r4"), out, fmt="onnx-inlined")
-    return out
+def digits_tome(exported):
+    return exported("digits_vit_tome_r4", fmt="onnx-inlined")
 
 
 def invoke(*args):
@@ -112,8 +110,8 @@ def test_profile_on_openvino_compares_with_the_dense_model_on_openvino(digits_to
     assert report["runtime_settings"]["batch"].startswith("static")
 
 
-def test_fp16_graph_runs_and_says_how(tmp_path):
-    out = export_config("digits_vit_tome_r4_fp16", tmp_path / "fp16")
+def test_fp16_graph_runs_and_says_how(exported):
+    out = exported("digits_vit_tome_r4_fp16")
     result = invoke("validate", out, "--backend", "openvino", "--num-images", "16", "--json")
     report = json.loads(result.stdout)
     assert result.exit_code == 0 and report["passed"], result.output
@@ -124,8 +122,8 @@ def test_fp16_graph_runs_and_says_how(tmp_path):
         assert "computed in fp32" in report["emulation"] and report["runtime_settings"]["INFERENCE_PRECISION_HINT"] == "f32"
 
 
-def test_bf16_graph_is_refused_with_the_reason(tmp_path):
-    out = export_config("digits_vit_tome_r4_bf16", tmp_path / "bf16")
+def test_bf16_graph_is_refused_with_the_reason(exported):
+    out = exported("digits_vit_tome_r4_bf16")
     result = invoke("validate", out, "--backend", "openvino", "--num-images", "8")
     assert result.exit_code == 2
     assert "bf16 graph" in result.output and "--backend ort" in result.output

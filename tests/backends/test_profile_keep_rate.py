@@ -2,14 +2,13 @@
 
 import json
 
-from conftest import export_config
 from typer.testing import CliRunner
 
 from deploytk.cli import app
 
 
-def test_profile_reports_the_keep_rate_settings(tmp_path):
-    art = export_config("digits_vit_evit_k70", tmp_path / "evit")
+def test_profile_reports_the_keep_rate_settings(exported):
+    art = exported("digits_vit_evit_k70")
     args = ["profile", str(art), "--batch-sizes", "1", "--warmup", "0", "--iterations", "1"]
     result = CliRunner().invoke(app, [*args, "--json"])
     assert result.exit_code == 0, result.output

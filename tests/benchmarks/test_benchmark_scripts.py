@@ -104,10 +104,8 @@ def test_cpu_runtimes_smoke(tmp_path):
     assert "| ORT b1 | OpenVINO b1 |" in stdout
 
 
-def test_cpu_op_profile_groups_nodes_by_deploytk_op(tmp_path):
-    from conftest import export_config
-
-    art = export_config("digits_vit_tome_r4", tmp_path / "tome")
+def test_cpu_op_profile_groups_nodes_by_deploytk_op(exported):
+    art = exported("digits_vit_tome_r4")
     for runtime in ("ort", "openvino"):
         if runtime == "openvino":
             pytest.importorskip("openvino", reason="the openvino extra is not installed")

@@ -9,9 +9,10 @@ import json
 import shutil
 
 import pytest
-from conftest import export_config
 
 from deploytk.errors import DeploytkError
+
+from helpers import export_config
 
 pytestmark = [pytest.mark.trt, pytest.mark.gpu]
 

@@ -6,19 +6,17 @@ import tempfile
 import numpy as np
 import pytest
 import torch
-from digits_fixtures import DENSE, TOME_R4, digits_cfg, digits_tree  # noqa: F401  (fixtures)
 
 from deploytk.errors import DeploytkError
 from deploytk.evaluate.accuracy import _topk_correct, evaluate, scan_image_folder
 
+from helpers.configs import DIGITS_DENSE as DENSE
+from helpers.configs import DIGITS_TOME_R4 as TOME_R4
+
 
 @pytest.fixture(scope="module")
-def r4_artifacts(tmp_path_factory, digits_cfg):
-    from deploytk.export.pipeline import run_export
-
-    out = tmp_path_factory.mktemp("art") / "digits_r4"
-    run_export(digits_cfg(TOME_R4), out)
-    return out
+def r4_artifacts(exported):
+    return exported("digits_vit_tome_r4")
 
 
 def test_scan_orders_classes_sorted_and_interleaves(digits_tree):

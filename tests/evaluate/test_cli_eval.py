@@ -3,11 +3,14 @@
 import json
 
 import pytest
-from digits_fixtures import DENSE, ROOT, TOME_R4, digits_tree  # noqa: F401  (fixture)
 from PIL import Image
 from typer.testing import CliRunner
 
 from deploytk.cli import app
+
+from helpers import ROOT
+from helpers.configs import DIGITS_DENSE as DENSE
+from helpers.configs import DIGITS_TOME_R4 as TOME_R4
 
 runner = CliRunner()
 

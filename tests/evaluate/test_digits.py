@@ -4,7 +4,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from digits_fixtures import digits_tree  # noqa: F401  (fixture)
 from PIL import Image
 
 from deploytk.errors import DeploytkError

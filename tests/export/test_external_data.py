@@ -4,7 +4,6 @@ takes that path; the slow test exports a real ViT-H (2.5 GB of fp32 weights)."""
 
 import numpy as np
 import pytest
-from conftest import digits_config
 
 from deploytk.backends import get_backend
 from deploytk.errors import DeploytkError
@@ -15,6 +14,8 @@ from deploytk.export.pipeline import run_export
 from deploytk.models import build_reference
 from deploytk.package import package_triton
 from deploytk.validate.validator import run_validation
+
+from helpers import digits_config
 
 
 @pytest.fixture

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import onnx
 import pytest
-from conftest import assert_every_deploytk_node_builds_as_a_plugin
 from typer.testing import CliRunner
 
 from deploytk.cli import app
 from deploytk.methods import get_method
+
+from helpers import assert_every_deploytk_node_builds_as_a_plugin
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "export_configs").glob("*.yaml"))
@@ -85,12 +86,12 @@ def test_every_config_exports_and_validates(config, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["ort", "openvino"])
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.stem)
-def test_every_config_passes_validate_with_default_settings(config, backend, tmp_path):
-    """What a user runs: `deploytk validate DIR` with no flags (64 images, the precision's tolerances)."""
+def test_every_config_passes_validate_with_default_settings(config, backend, exported):
+    """What a user runs: `deploytk validate DIR` with no flags (64 images, the precision's tolerances), on the shared
+    export of the config (one export for both backends)."""
     if backend == "openvino":
         pytest.importorskip("openvino", reason="the openvino extra is not installed")
-    out = tmp_path / config.stem
-    assert runner.invoke(app, ["export", str(config), "--output", str(out)]).exit_code == 0
+    out = exported(config.stem)
     result = runner.invoke(app, ["validate", str(out), "--backend", backend, "--json"])
     if backend == "openvino" and "bf16" in config.stem:  # refused by design, with the reason (tests/backends/test_openvino.py)
         assert result.exit_code == 2 and "bf16 graph" in result.output

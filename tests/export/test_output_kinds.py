@@ -13,7 +13,6 @@ import pytest
 import timm
 import torch
 import transformers
-from conftest import seeded_init
 from typer.testing import CliRunner
 
 from deploytk.backends import get_backend
@@ -22,6 +21,8 @@ from deploytk.config import config_from_dict
 from deploytk.export.artifacts import Artifact
 from deploytk.export.pipeline import run_export
 from deploytk.validate.validator import run_validation
+
+from helpers import seeded_init
 
 BACKENDS = ("ort", "openvino")
 

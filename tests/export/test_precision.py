@@ -13,17 +13,18 @@ import onnxruntime as ort
 import pytest
 import timm
 import torch
-from conftest import digits_config, tome_model
 from onnx import TensorProto, helper, numpy_helper
 
 from deploytk.backends.bf16_emulation import emulate_bf16
 from deploytk.config import config_from_dict, load_config
 from deploytk.errors import DeploytkError
+from deploytk.export.artifacts import Artifact
 from deploytk.export.onnx_export import export_model
-from deploytk.export.pipeline import run_export
 from deploytk.merging.merged_vit import MergedViT
 from deploytk.merging.precision import Fp32Module, to_precision
 from deploytk.validate.validator import Tolerances, validate
+
+from helpers import digits_config, tome_model
 
 ROOT = Path(__file__).resolve().parents[2]
 LOW = {"fp16": (torch.float16, TensorProto.FLOAT16), "bf16": (torch.bfloat16, TensorProto.BFLOAT16)}
@@ -215,14 +216,14 @@ def test_eval_of_a_bf16_config_runs_ort_emulated_and_says_so(digits_root):
 
 
 @pytest.mark.parametrize("precision,r", [("fp16", 4), ("fp16", 16), ("bf16", 4)])
-def test_trained_model_tome_in_low_precision_validates_against_fp32(precision, r, digit_images, tmp_path):
+def test_trained_model_tome_in_low_precision_validates_against_fp32(precision, r, digit_images, exported):
     """Acceptance: fp16 top-1 agreement >= 99 % and cosine >= 0.999 on 64 real images (bf16: emulated on CPU).
 
     r=16 is the issue's schedule; on 65 tokens ToMe's cap makes it 16,16,16,8,4,2,1,0,...
     """
-    manifest = run_export(digits_config(f"digits_vit_tome_r4_{precision}", r=r), tmp_path / "art")
-    assert manifest["onnx"]["precision"] == precision
-    report = validate(tmp_path / "art", "ort", digit_images, Tolerances.for_precision(precision))
+    art = exported(f"digits_vit_tome_r4_{precision}", **({"r": r} if r != 4 else {}))
+    assert Artifact.open(art).manifest["onnx"]["precision"] == precision
+    report = validate(art, "ort", digit_images, Tolerances.for_precision(precision))
     assert report.passed, report.checks
     assert report.num_images == 64 and report.precision == precision
     assert report.top1_agreement >= 0.99 and report.cosine_similarity_min >= (0.999 if precision == "fp16" else 0.995)
@@ -232,13 +233,13 @@ def test_trained_model_tome_in_low_precision_validates_against_fp32(precision, r
         from deploytk.profile.profiler import profile
 
         with pytest.raises(DeploytkError, match="bf16 graph, and ONNX Runtime's CPU provider has no bf16 kernels") as err:
-            profile(tmp_path / "art", "ort", [1], 0, 1)
+            profile(art, "ort", [1], 0, 1)
         assert "--backend trt or --backend ort-cuda" in err.value.hint
 
 
 @pytest.mark.parametrize("config", ["digits_vit_mctf_r4", "digits_vit_atm_calibrated", "digits_vit_evit_k70", "digits_vit_crucial_k70"])
-def test_every_method_exports_fp16_and_validates_on_real_images(config, digit_images, tmp_path):
-    manifest = run_export(digits_config(config, precision="fp16"), tmp_path / "art")
-    assert manifest["custom_ops"]
-    report = validate(tmp_path / "art", "ort", digit_images[:4], Tolerances.for_precision("fp16"))
+def test_every_method_exports_fp16_and_validates_on_real_images(config, digit_images, exported):
+    art = exported(config, precision="fp16")
+    assert Artifact.open(art).manifest["custom_ops"]
+    report = validate(art, "ort", digit_images[:4], Tolerances.for_precision("fp16"))
     assert report.passed and report.cosine_similarity_min > 0.999 and report.max_abs_diff > 1e-5, report.to_dict()

@@ -13,7 +13,6 @@ import pytest
 import timm
 import torch
 import transformers
-from conftest import seeded_init
 
 from deploytk.backends import get_backend
 from deploytk.backends.ort import ort_session
@@ -25,6 +24,8 @@ from deploytk.merging.merged_vit import build_merged
 from deploytk.methods import get_method
 from deploytk.models import build_reference, create_vit
 from deploytk.validate.validator import run_validation
+
+from helpers import seeded_init
 
 SIZE = dict(hidden_size=64, num_hidden_layers=12, num_attention_heads=2, image_size=32, patch_size=4)
 #: class -> (its config class, extra config, the output users read)

@@ -14,7 +14,6 @@ import pytest
 import timm
 import torch
 import torch.nn.functional as F
-from conftest import seeded_init
 from safetensors.torch import save_file
 
 from deploytk.analysis.inspect import inspect_config
@@ -28,6 +27,8 @@ from deploytk.export.pipeline import run_export
 from deploytk.merging.merged_vit import MergedViT
 from deploytk.models import build_reference, create_vit
 from deploytk.validate.validator import run_validation
+
+from helpers import seeded_init
 
 KWARGS = {"patch_size": 4, "embed_dim": 48, "num_heads": 2, "num_classes": 10}
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]

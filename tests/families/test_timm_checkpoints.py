@@ -5,12 +5,13 @@ import numpy as np
 import pytest
 import timm
 import torch
-from conftest import seeded_init
 from safetensors.torch import save_file
 
 from deploytk.config import config_from_dict, load_config
 from deploytk.errors import DeploytkError
 from deploytk.models import build_reference, create_vit
+
+from helpers import seeded_init
 
 TINY = {"depth": 2}
 

@@ -12,7 +12,8 @@ import sys
 
 import pytest
 import torch
-from conftest import digits_config
+
+from helpers import digits_config
 
 pytestmark = pytest.mark.gpu
 

@@ -6,13 +6,14 @@ import numpy as np
 import pytest
 import timm
 import torch
-from conftest import seeded_init
 
 from deploytk.errors import DeploytkError
 from deploytk.families import adapt
 from deploytk.merging.merged_vit import build_merged
 from deploytk.methods import get_method
 from deploytk.methods.heuristic import radial_distance, stage_radii
+
+from helpers import seeded_init
 
 RECORDED = np.load(Path(__file__).parents[1] / "data" / "heuristic_official_masks.npz")
 LAYERS = [3, 6, 9]

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import timm
 import torch
-from conftest import seeded_images, seeded_init
 
 from deploytk.analysis.flops import count_flops
 from deploytk.analysis.inspect import method_summary
@@ -17,6 +16,8 @@ from deploytk.merging.merged_vit import build_merged
 from deploytk.methods import atm, get_method
 from deploytk.models import build_reference
 from deploytk.ops.size_split_match.reference import size_split_scores
+
+from helpers import seeded_images, seeded_init
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = np.load(ROOT / "tests" / "data" / "mctf_official_logits.npz")

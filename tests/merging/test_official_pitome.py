@@ -14,10 +14,11 @@ import onnxruntime as ort
 import pytest
 import timm
 import torch
-from conftest import assert_every_deploytk_node_builds_as_a_plugin, export_config, seeded_images, seeded_init
 
 from deploytk.merging.merged_vit import build_merged
 from deploytk.methods import get_method
+
+from helpers import assert_every_deploytk_node_builds_as_a_plugin, export_config, seeded_images, seeded_init
 
 RECORDED = np.load(Path(__file__).parent.parent / "data" / "pitome_official.npz")
 MODELS = {"deit_tiny": "deit_tiny_patch16_224", "deit_small": "deit_small_patch16_224"}

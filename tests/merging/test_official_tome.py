@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import timm
 import torch
-from conftest import seeded_images, seeded_init, tome_model
+
+from helpers import seeded_images, seeded_init, tome_model
 
 RECORDED = np.load(Path(__file__).parent.parent / "data" / "tome_official_logits.npz")
 

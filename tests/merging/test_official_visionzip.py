@@ -10,7 +10,6 @@ import onnxruntime as ort
 import pytest
 import torch
 import transformers
-from conftest import seeded_init
 
 from deploytk.config import config_from_dict
 from deploytk.errors import DeploytkError
@@ -18,6 +17,8 @@ from deploytk.export.pipeline import run_export
 from deploytk.merging.merged_vit import build_merged
 from deploytk.merging.outputs import OutputSpec
 from deploytk.methods import get_method
+
+from helpers import seeded_init
 
 RECORDED = np.load(Path(__file__).parent.parent / "data" / "visionzip_official.npz")
 TOWER = dict(image_size=336, patch_size=14, hidden_size=64, num_attention_heads=2, num_hidden_layers=4, intermediate_size=128)

@@ -18,7 +18,6 @@ import pytest
 import timm
 import torch
 import transformers
-from conftest import seeded_init
 
 from deploytk.analysis.token_map import track_sources
 from deploytk.config import config_from_dict
@@ -27,6 +26,8 @@ from deploytk.families import adapt
 from deploytk.merging.merged_vit import build_merged
 from deploytk.merging.outputs import OutputSpec
 from deploytk.methods import METHODS, get_method
+
+from helpers import seeded_init
 
 IMG = 64
 

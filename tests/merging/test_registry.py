@@ -6,7 +6,6 @@ from pathlib import Path
 import pytest
 import timm
 import torch
-from conftest import seeded_init
 
 from deploytk.cli.render import methods_markdown
 from deploytk.export.onnx_export import traced_op_counts
@@ -14,6 +13,8 @@ from deploytk.merging.merged_vit import build_merged
 from deploytk.merging.reduction import METHODS, Reduction, register_method
 from deploytk.methods import describe_methods, get_method
 from deploytk.ops import OPS
+
+from helpers import seeded_init
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -4,12 +4,13 @@ import numpy as np
 import pytest
 import timm
 import torch
-from conftest import seeded_init, tome_model
 
 from deploytk.backends.ort import ort_session
 from deploytk.errors import DeploytkError
 from deploytk.export.onnx_export import custom_op_counts, export_model
 from deploytk.merging.merged_vit import MergedViT
+
+from helpers import seeded_init, tome_model
 
 # small depth/width keeps export fast; each entry exercises one timm feature
 VARIANTS = {

@@ -4,19 +4,19 @@ client example run against the config, the TensorRT branch on a stand-in engine,
 import hashlib
 import json
 import re
-import shutil
 import sys
 import types
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import export_config
 from typer.testing import CliRunner
 
 from deploytk.backends.engine_manifest import engine_manifest
 from deploytk.build.options import BuildOptions
 from deploytk.cli import app
+
+from helpers import export_config, seeded_init
 
 model_config_pb2 = pytest.importorskip(
     "tritonclient.grpc.model_config_pb2", reason="tritonclient[grpc] (the `test` extra) is not installed: it has Triton's ModelConfig"
@@ -32,15 +32,10 @@ def invoke(*args):
     return runner.invoke(app, ["package", *(str(a) for a in args)])
 
 
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    return export_config("digits_vit_tome_r4", tmp_path_factory.mktemp("export") / "digits_tome r4")
-
-
 @pytest.fixture
 def artifact(exported, tmp_path):
-    """A copy of the export that a test may change."""
-    return Path(shutil.copytree(exported, tmp_path / "digits_tome r4"))
+    """A copy of the shared digits ToMe export that a test may change, in a folder whose name has a space."""
+    return exported.copy("digits_vit_tome_r4", tmp_path / "digits_tome r4")
 
 
 def parse_config(model_dir: Path):
@@ -289,7 +284,6 @@ def test_openvino_repository_is_an_ir_with_stable_topk_validated_before_it_is_wr
 def other_export(tmp_path_factory):
     """The digits ToMe config on seeded random weights: the same graph, shapes and tensor names, other outputs."""
     import timm
-    from conftest import seeded_init
     from safetensors.torch import save_file
 
     folder = tmp_path_factory.mktemp("export")
@@ -344,8 +338,8 @@ def test_runtime_onnxruntime_packages_the_onnx_even_beside_an_engine(artifact, t
     assert parse_config(repo / "digits").backend == "onnxruntime"
 
 
-def test_openvino_refuses_a_bf16_export_with_the_reason_and_writes_nothing(tmp_path):
-    bf16 = export_config("digits_vit_tome_r4", tmp_path / "bf16", precision="bf16")
+def test_openvino_refuses_a_bf16_export_with_the_reason_and_writes_nothing(exported, tmp_path):
+    bf16 = exported("digits_vit_tome_r4_bf16")
     result = invoke(bf16, "--triton", tmp_path / "repo", "--runtime", "openvino")
     assert result.exit_code == 2, result.output
     assert "is a bf16 graph, which OpenVINO's CPU plugin cannot run as the graph says" in " ".join(result.output.split())

@@ -8,7 +8,6 @@ import shutil
 import numpy as np
 import onnx
 import pytest
-from conftest import export_config, snapshot
 
 from deploytk.errors import DeploytkError
 from deploytk.export.artifacts import Artifact
@@ -18,16 +17,20 @@ from deploytk.quantize import run_quantize
 from deploytk.quantize.qdq import trt_rule_violations, weight_ops
 from deploytk.validate.validator import Tolerances, validate
 
+from helpers import snapshot
+
 pytest.importorskip("onnxruntime.quantization")
 
 
 @pytest.fixture(scope="module")
-def digits(tmp_path_factory):
+def digits(tmp_path_factory, exported):
+    """The digits images and, as ``tome``, a copy of the shared digits ToMe export (quantize adds its dense baseline to
+    the source, and the refusals here compare the source before and after)."""
     from deploytk.evaluate.digits import write_digits_imagefolder
 
     root = tmp_path_factory.mktemp("int8")
     write_digits_imagefolder(root / "digits", img_size=32)
-    export_config("digits_vit_tome_r4", root / "tome")
+    exported.copy("digits_vit_tome_r4", root / "tome")
     return root
 
 
@@ -282,11 +285,11 @@ def test_cli_quantize_json_is_one_object_and_errors_exit_2(digits, tmp_path):
     assert not (tmp_path / "none").exists()
 
 
-def test_openvino_refuses_a_graph_with_loops_naming_the_op(tmp_path):
+def test_openvino_refuses_a_graph_with_loops_naming_the_op(exported, tmp_path):
     """KMedoidsSelect's clustering rounds are an ONNX Loop, which NNCF's OpenVINO graph builder cannot take: refused
     with the op's name and the way out, nothing written."""
     pytest.importorskip("nncf")
-    source = export_config("digits_vit_kmedoids_k70", tmp_path / "kmedoids")
+    source = exported.copy("digits_vit_kmedoids_k70", tmp_path / "kmedoids")
     before = snapshot(source)
     with pytest.raises(DeploytkError, match=r"Loop ops \(KMedoidsSelect\).*--runtime ort"):
         run_quantize(source, "openvino", synthetic=4, output=tmp_path / "out")

@@ -18,20 +18,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from conftest import snapshot
-from serve_fixtures import (  # noqa: F401  (fixtures; the tritonclient modules, or a skip when it is missing)
-    SERVED,
-    ServedBackend,
-    exports,
-    fresh_copy,
-    grpcclient,
-    httpclient,
-    package,
-    repository,
-    serve_environment,
-    start,
-)
-from tritonclient.utils import InferenceServerException
 from typer.testing import CliRunner
 
 from deploytk.backends.torch_backend import TorchModel
@@ -40,10 +26,22 @@ from deploytk.export.artifacts import Artifact
 from deploytk.models import build_reference
 from deploytk.package import TensorSpec, config_pbtxt
 from deploytk.validate.validator import Tolerances, validate
-from serving.tritonserver import TritonServer, settled_statistics
+from serving.tritonserver import START_TIMEOUT_S, TritonServer, settled_statistics
 
-#: requests per concurrency in the load test (each a batch of 1)
-LOAD = {1: 600, 8: 1200, 32: 3000}
+from helpers import snapshot
+from helpers.serving import SERVED, ServedBackend, package, start
+
+_MISSING = "tritonclient[grpc,http] (the `test` extra) is not installed"
+grpcclient = pytest.importorskip("tritonclient.grpc", reason=_MISSING)
+httpclient = pytest.importorskip("tritonclient.http", reason=_MISSING)
+InferenceServerException = pytest.importorskip("tritonclient.utils", reason=_MISSING).InferenceServerException
+
+#: requests per concurrency in the load test (each a batch of 1): a few hundred in the default suite, thousands in the
+#: slow tier (benchmarks/triton_load.py measures the server under load)
+LOAD = [
+    *[pytest.param(c, n, id=f"{c}") for c, n in ((1, 200), (8, 300), (32, 400))],
+    *[pytest.param(c, n, id=f"{c}-{n}", marks=pytest.mark.slow) for c, n in ((1, 600), (8, 1200), (32, 3000))],
+]
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +107,24 @@ def test_every_packaged_model_loads_unchanged(server, repository):
     assert "successfully loaded 'digits_ov'" in server.log()
 
 
-@pytest.mark.parametrize("model, export", [(m, e) for m, (e, _) in SERVED.items()])
+def openvino_defaults_to_bf16() -> bool:
+    """Whether OpenVINO's CPU plugin computes in bf16 unless told otherwise (a CPU with AVX512-BF16 or AMX)."""
+    openvino = pytest.importorskip("openvino", reason="the openvino extra is not installed")
+    return "BF16" in openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+
+
+#: the served OpenVINO IR on a bf16 CPU: Triton's openvino backend takes no precision from deploytk's config, so OpenVINO
+#: computes in bf16 there and merge choices change (README, Known limitations); strict: passing there would be news
+BF16_SERVED = pytest.mark.xfail(
+    condition=openvino_defaults_to_bf16(),
+    reason="OpenVINO computes the served IR in bf16 by default on this CPU (AVX512-BF16/AMX): a known limitation",
+    strict=True,
+)
+
+
+@pytest.mark.parametrize(
+    "model, export", [pytest.param(m, e, marks=BF16_SERVED if m == "digits_ov" else ()) for m, (e, _) in SERVED.items()]
+)
 def test_served_outputs_pass_deploytk_validate(server, exports, references, model, export):
     """deploytk validate's own comparison (64 seeded images, batches of 8, the export's default tolerances), with the
     server in place of a runtime: no probes, so every image must agree with the reference by itself."""
@@ -171,10 +186,11 @@ def test_a_bad_request_is_refused_by_name_and_the_server_keeps_serving(server, r
     np.testing.assert_allclose(infer(url, "digits", x, client=client), references["digits"].run(x)["logits"], atol=1e-4, rtol=0)
 
 
-@pytest.mark.parametrize("concurrency", sorted(LOAD))
-def test_load_zero_errors_reference_outputs_and_dynamic_batching(server, references, concurrency):
-    """Thousands of one-image gRPC requests from ``concurrency`` threads: none fails, each answer is its image's reference
-    output, and at concurrency > 1 the server's statistics show it ran them in batches (average executed batch > 1)."""
+@pytest.mark.parametrize("concurrency, requests", LOAD)
+def test_load_zero_errors_reference_outputs_and_dynamic_batching(server, references, concurrency, requests):
+    """Hundreds (slow tier: thousands) of one-image gRPC requests from ``concurrency`` threads: none fails, each answer
+    is its image's reference output, and at concurrency > 1 the server's statistics show it ran them in batches (average
+    executed batch > 1)."""
     pool = images(64, 32, seed=11)
     expected = references["digits"].run(pool)["logits"]
     tol = Tolerances.for_precision("fp32")
@@ -188,12 +204,12 @@ def test_load_zero_errors_reference_outputs_and_dynamic_batching(server, referen
         return float(np.abs(out[0] - expected[i % 64]).max())
 
     with ThreadPoolExecutor(concurrency) as workers:
-        errors = list(workers.map(one, range(LOAD[concurrency])))  # an exception in any request fails the test here
-    expected_count = int(before.get("inference_count", 0)) + LOAD[concurrency]
+        errors = list(workers.map(one, range(requests)))  # an exception in any request fails the test here
+    expected_count = int(before.get("inference_count", 0)) + requests
     after = settled_statistics(lambda: client.get_inference_statistics("digits", as_json=True)["model_stats"][0], expected_count)
     inferences = int(after["inference_count"]) - int(before.get("inference_count", 0))
     executions = int(after["execution_count"]) - int(before.get("execution_count", 0))
-    assert inferences == LOAD[concurrency] and max(errors) <= tol.atol
+    assert inferences == requests and max(errors) <= tol.atol
     if concurrency > 1:
         assert inferences / executions > 1, (inferences, executions)
 
@@ -251,16 +267,21 @@ def test_a_broken_model_fails_to_load_clearly_while_its_neighbour_serves(damaged
         infer(damaged_server.http_url, "corrupt", x)
 
 
-def test_killed_mid_load_and_restarted_serves_with_the_repository_intact(repository, serve_environment, references, fresh_copy):
+def test_killed_mid_load_and_restarted_serves_with_the_repository_intact(repository, serve_environment, references, fresh_copy, tmp_path):
+    """The stand-ins hold every load open (TritonServer(hold_loads=...)) until the server is killed: killed mid-load
+    for certain, whatever the machine's speed."""
     repo = fresh_copy(repository, "deit_s", "digits")
     before = snapshot(repo)
-    with contextlib.closing(TritonServer(repo, serve_environment).launch()) as server:
-        deadline = time.monotonic() + 60
-        while "loading: " not in server.log() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert "loading: " in server.log(), server.log_tail()
-        server.kill()  # SIGKILL while the models load: no shutdown of any kind
-        assert "successfully loaded 'deit_s'" not in server.log()  # it was killed mid-load
+    held = tmp_path / "held"
+    held.mkdir()
+    (held / "hold").touch()
+    with contextlib.closing(TritonServer(repo, serve_environment, hold_loads=held).launch()) as server:
+        deadline = time.monotonic() + START_TIMEOUT_S  # a bound on the wait, not a verdict
+        while not (held / "deit_s.loading").exists() and server.process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (held / "deit_s.loading").exists(), server.log_tail()
+        server.kill()  # SIGKILL while deit_s's load is held open: no shutdown of any kind
+        assert "successfully loaded" not in server.log()  # no model finished loading
     assert snapshot(repo) == before  # the server wrote nothing into the repository and changed no file, even killed
     with contextlib.closing(start(repo, serve_environment)) as restarted:
         x = images(2, 224, seed=3)

@@ -8,7 +8,6 @@ import json
 import numpy as np
 import onnx
 import pytest
-from conftest import export_config
 
 from deploytk.export.manifest import sha256_file
 from deploytk.export.probes import with_matching_outputs
@@ -17,8 +16,8 @@ from deploytk.validate.validator import Tolerances, failing_images, validate
 
 
 @pytest.fixture(scope="module")
-def digits_mctf(tmp_path_factory):
-    return export_config("digits_vit_mctf_r4", tmp_path_factory.mktemp("art") / "digits_mctf")
+def digits_mctf(exported):
+    return exported("digits_vit_mctf_r4")
 
 
 def _digit_batches(n=32, batch=8):

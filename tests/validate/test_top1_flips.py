@@ -97,14 +97,12 @@ def _digit_margin(directory, image: int) -> float:
     return float(top2[0] - top2[1])
 
 
-def test_validate_passes_a_tolerated_flip_and_fails_a_real_one(tmp_path):
-    from conftest import export_config
-
+def test_validate_passes_a_tolerated_flip_and_fails_a_real_one(exported):
     from deploytk.backends import get_backend
     from deploytk.data import synthetic_batches
     from deploytk.validate.validator import TOP1_CHECK, validate
 
-    art = export_config("digits_vit_tome_r4", tmp_path / "tome")
+    art = exported("digits_vit_tome_r4")
     margin = _digit_margin(art, 0)
     batches = synthetic_batches(8, 8, (32, 32))
     # atol = the margin: moving both logits by 0.6 margin flips the image, each logit within tolerance

@@ -1,0 +1,70 @@
+"""One export per (config, overrides, format) for the whole test run, shared by every test that reads an export.
+
+Exports are the suite's most repeated work (the digits ToMe export alone was made in ten modules). The cache lives
+under the run's base temporary folder, which both pytest-xdist workers share, with a file lock per export, so each is
+made once per run whichever worker asks first. A test that changes files in an export takes its own copy (``copy``).
+Each export's digest is recorded when it is made and checked when the run ends: a test that wrote into a shared export
+fails the run. The dense-baseline cache that ``profile``, ``quantize`` and ``build`` add under ``.baseline/`` is derived
+data (the same file whoever writes it, written atomically) and is not part of the digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+from filelock import FileLock
+
+from helpers.configs import digits_config
+
+#: written beside an export by the commands that read it (derived, see the module docstring)
+DERIVED = (".baseline",)
+
+
+def tree_digest(folder: Path) -> str:
+    """sha256 over every file's relative path and bytes, derived caches left out."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        relative = path.relative_to(folder)
+        if relative.parts[0] in DERIVED:
+            continue
+        digest.update(str(relative).encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+class ExportCache:
+    """``cache(stem, fmt=..., **overrides)`` -> the folder of export_configs/<stem>.yaml exported with ``overrides``."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.used: dict[str, Path] = {}
+
+    def key(self, stem: str, fmt: str, overrides: dict) -> str:
+        name = stem + ("-inlined" if fmt == "onnx-inlined" else "")
+        if overrides:
+            name += "-" + hashlib.sha1(json.dumps(overrides, sort_keys=True, default=str).encode()).hexdigest()[:10]
+        return name
+
+    def __call__(self, stem: str, fmt: str = "onnx", **overrides) -> Path:
+        from deploytk.export.pipeline import run_export
+
+        key = self.key(stem, fmt, overrides)
+        folder = self.root / key
+        self.root.mkdir(parents=True, exist_ok=True)
+        with FileLock(self.root / f"{key}.lock"):
+            stamp = self.root / f"{key}.sha256"
+            if not stamp.is_file():
+                run_export(digits_config(stem, **overrides), folder, fmt=fmt, force=folder.exists())
+                stamp.write_text(tree_digest(folder))
+        self.used[key] = folder
+        return folder
+
+    def copy(self, stem: str, dest: Path, fmt: str = "onnx", **overrides) -> Path:
+        """A copy of the shared export at ``dest`` (derived caches included), for a test that changes files."""
+        return Path(shutil.copytree(self(stem, fmt, **overrides), dest))
+
+    def changed(self) -> list[str]:
+        """The shared exports this process used whose files differ from when they were made."""
+        return [key for key, folder in self.used.items() if tree_digest(folder) != (self.root / f"{key}.sha256").read_text()]
