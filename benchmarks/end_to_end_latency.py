@@ -11,15 +11,21 @@ timed forward passes of
   every dtype), which separates the merge's cost from the attention kernel's;
 - with ``--configs``: each export config's merge section (MCTF, ATM, EViT, ...) on the same
   weights, named by the config's method part (``deit_small_mctf_r16.yaml`` -> ``mctf_r16``);
-  its matching op runs as its Triton kernel too.
+  its matching op runs as its Triton kernel too;
+- with ``--eager-reference``: ``tome_eager``, the ``tome`` model with every deploytk op as its
+  eager PyTorch reference on the same device instead of its Triton kernel (the kernels' gain).
 
 Every model runs wholly in the chosen dtype (``.to(dtype)``, as the dense timm model;
 PyTorch's LayerNorm keeps fp32 statistics inside), so the ratios compare merging alone.
-Speedups are ratios of medians measured in the same run. Writes
+Speedups are ratios of medians measured in the same run. ``kernel_launches`` counts each variant's
+Triton kernel launches in one forward pass (what ran as a kernel). A variant that fails is
+recorded under ``failed`` and the script exits 1 once the others are written. Writes
 benchmarks/results/end_to_end_latency_<gpu>.json.
 
     python benchmarks/end_to_end_latency.py                        # on a CUDA GPU
-    python benchmarks/end_to_end_latency.py --smoke --output /tmp/e.json   # CPU: does it run
+    python benchmarks/end_to_end_latency.py --smoke --output /tmp/e.json   # CPU: does it run (eager ops)
+    TRITON_INTERPRET=1 python benchmarks/end_to_end_latency.py --smoke --eager-reference --output /tmp/e.json
+                                     # CPU: the ops' Triton kernels in Triton's interpreter, as the CPU implementation
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
+from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
 
 import torch
@@ -42,6 +49,11 @@ def parse_args(argv=None):
     p.add_argument("--r", type=int, default=16)
     p.add_argument("--batch", default="1,8,64", help="Comma-separated batch sizes.")
     p.add_argument("--configs", default="", help="Comma-separated export configs whose merge section is also timed on each model.")
+    p.add_argument(
+        "--eager-reference",
+        action="store_true",
+        help="Also time tome_eager: ToMe with the deploytk ops as their eager PyTorch reference instead of the Triton kernels.",
+    )
     add_run_arguments(p, warmup=10, iterations=50, smoke="DeiT-Tiny, batch 1, 1 iteration on the CPU: checks the script, measures nothing.")
     return p.parse_args(argv)
 
@@ -67,6 +79,67 @@ def variants(model_name: str, r: int, configs: list[Path] = ()) -> dict:
     return nets
 
 
+def kernels_on_cpu() -> None:
+    """Under TRITON_INTERPRET=1: each deploytk op's Triton kernel becomes its CPU implementation (Triton's interpreter),
+    as the kernel is its CUDA implementation on a GPU, so a CPU run goes through the kernels' launch path."""
+    from deploytk.ops import OPS
+
+    for spec in OPS.values():
+        spec.torch_op.register_kernel("cpu")(lambda *args, _spec=spec: _spec.kernel_module().launch(*args))
+
+
+@contextmanager
+def eager_ops(device: str):
+    """The deploytk ops run their eager PyTorch reference on ``device`` instead of their Triton kernel."""
+    from deploytk.ops import OPS
+
+    with ExitStack() as stack:
+        for spec in OPS.values():
+            stack.enter_context(spec.torch_op.set_kernel_enabled(device, False))
+        yield
+
+
+def count_launches(fn) -> dict:
+    """{torch op name: Triton kernel launches} while ``fn()`` runs (the CUDA/CPU implementations call ``launch``)."""
+    from deploytk.ops import OPS
+
+    counts, modules = {}, [spec.kernel_module() for spec in OPS.values()]
+    originals = [m.launch for m in modules]
+
+    def counting(name, real):
+        def launch(*args, **kwargs):
+            counts[name] = counts.get(name, 0) + 1
+            return real(*args, **kwargs)
+
+        return launch
+
+    for spec, module, real in zip(OPS.values(), modules, originals, strict=True):
+        module.launch = counting(spec.torch_name, real)
+    try:
+        fn()
+    finally:
+        for module, real in zip(modules, originals, strict=True):
+            module.launch = real
+    return dict(sorted(counts.items()))
+
+
+def time_variant(net, x, device: str, args, count: bool) -> tuple[float, dict | None]:
+    """Median ms of ``net(x)``; with ``count``, also the Triton kernel launches of one forward pass: the timed one under
+    --smoke (which measures nothing), else one more, untimed."""
+
+    def measure() -> float:
+        return median(time_ms(lambda: net(x), device, args.warmup, args.iterations))
+
+    if not count:
+        return measure(), None
+    if args.smoke:
+        timed = []
+        launches = count_launches(lambda: timed.append(measure()))
+        return timed[0], launches
+    launches = count_launches(lambda: net(x))
+    return measure(), launches
+
+
 def on_device(model, device: str, dtype: torch.dtype):
     """The model wholly in ``dtype`` on ``device``; a MergedViT also casts its input to ``dtype``."""
     model = model.to(device, dtype).eval()
@@ -76,28 +149,46 @@ def on_device(model, device: str, dtype: torch.dtype):
 
 
 def main(argv=None) -> dict:
+    from deploytk.ops import kernel_common
+
     args = parse_args(argv)
     if args.smoke:
         device, models, batches = "cpu", ["deit_tiny_patch16_224"], [1]
         args.warmup, args.iterations, args.dtype = 0, 1, args.dtype or "fp32"
+        kernels = "triton-interpreter" if kernel_common.interpreting() else "none: the ops' eager reference on the CPU"
     elif not torch.cuda.is_available():
         raise SystemExit("this benchmark needs a CUDA GPU (or --smoke to check the script on a CPU).")
     else:
         device, models, batches = "cuda", args.models.split(","), [int(v) for v in args.batch.split(",")]
         args.dtype = args.dtype or "fp16"
+        kernels = "triton"
     out = result_output("end_to_end_latency", device, args.output)
+    if kernels == "triton-interpreter":
+        kernels_on_cpu()
     dtype = DTYPES[args.dtype]
-    rows = []
+    rows, launches, failed = [], {}, {}
     configs = [Path(c) for c in args.configs.split(",") if c]
+    eager = {"tome_eager"} if args.eager_reference and not kernels.startswith("none") else set()
     for name in models:
-        nets = {key: on_device(m, device, dtype) for key, m in variants(name, args.r, configs).items()}
+        nets = variants(name, args.r, configs)
+        for key in sorted(eager):
+            nets[key] = copy.deepcopy(nets["tome"])
+        nets = {key: on_device(m, device, dtype) for key, m in nets.items()}
         schedule = nets["tome"].schedule
+        launches[name] = {}
         for batch in batches:
             x = torch.randn(batch, 3, 224, 224, device=device, dtype=dtype)
             ms = {}
             with torch.inference_mode():
                 for key, net in nets.items():
-                    ms[key] = median(time_ms(lambda net=net, x=x: net(x), device, args.warmup, args.iterations))
+                    try:
+                        with eager_ops(device) if key in eager else nullcontext():
+                            ms[key], counted = time_variant(net, x, device, args, count=key not in launches[name])
+                        if counted is not None:
+                            launches[name][key] = counted
+                    except Exception as exc:  # recorded: the other variants are still measured and written
+                        failed.setdefault(f"{name} b={batch} {key}", f"{type(exc).__name__}: {exc}"[:400])
+            dense = ms.get("dense")
             row = {
                 "model": name,
                 "batch": batch,
@@ -105,20 +196,25 @@ def main(argv=None) -> dict:
                 "r": args.r,
                 "tokens_per_layer": schedule.tokens,
                 "median_ms": {k: round(v, 3) for k, v in ms.items()},
-                **{f"speedup_{k}": round(ms["dense"] / v, 3) for k, v in ms.items() if k != "dense"},
+                **{f"speedup_{k}": round(dense / v, 3) for k, v in ms.items() if k != "dense" and dense},
             }
             rows.append(row)
-            merged = "  ".join(f"{k} {v:8.3f} ms ({ms['dense'] / v:.2f}x)" for k, v in ms.items() if k != "dense")
-            print(f"{name:26s} b={batch:<3d} dense {ms['dense']:8.3f} ms  {merged}")
+            merged = "  ".join(f"{k} {v:8.3f} ms ({dense / v:.2f}x)" for k, v in ms.items() if k != "dense" and dense)
+            print(f"{name:26s} b={batch:<3d} dense {dense or float('nan'):8.3f} ms  {merged}")
         del nets
     payload = {
         "environment": device_facts(device),
         "smoke": args.smoke,
         "warmup": args.warmup,
         "iterations": args.iterations,
+        "kernels": kernels,
         "results": rows,
+        "kernel_launches": launches,
+        "failed": failed,
     }
     write_result(out, payload)
+    if failed:
+        raise SystemExit("variants failed:\n" + "\n".join(f"  {k}: {v}" for k, v in failed.items()))
     return payload
 
 
