@@ -17,7 +17,7 @@ cmd=("$python" -m pytest -q -p no:cacheprovider --durations=0 --cov=deploytk --c
   echo "# commit: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!benchmarks/results' || echo ' (with uncommitted changes)')"
   echo "# date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "# machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) CPUs, ISA: ${isa:-unknown}"
-  echo "# command: DEPLOYTK_REQUIRE_SERVER=1 ${cmd[*]}"
+  echo "# command: DEPLOYTK_REQUIRE_SERVER=1 $(printf '%q ' "${cmd[@]}")"
 } > "$out.tmp"
 start=$(date +%s)
 DEPLOYTK_REQUIRE_SERVER=1 "${cmd[@]}" 2>&1 | tee -a "$out.tmp"

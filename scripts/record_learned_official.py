@@ -6,7 +6,7 @@ without ``--equal_weight``, i.e. with its learned token score) in eval mode and 
 ``tests/data/learned_official.npz``:
 
 - ``{method}_{model}_k{keep}_logits``: the official forward on timm weights from
-  ``tests/conftest.py::seeded_init(model, seed=1)``, the learned layers from
+  ``tests/helpers/weights.py::seeded_init(model, seed=1)``, the learned layers from
   ``seeded_learned_state(official_learned_layout(...), seed=3)`` loaded strictly into the
   official modules (so the layout is the official one), inputs ``seeded_images(2, seed=2)``,
   reducing before blocks 3, 6, 9, at DeiT-S 0.7 and DeiT-T 0.5 (Sinkhorn: eps 1, 3 rounds;
@@ -39,7 +39,7 @@ from torch import nn
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from conftest import official_learned_layout, seeded_images, seeded_init, seeded_learned_state  # noqa: E402
+from helpers import official_learned_layout, seeded_images, seeded_init, seeded_learned_state  # noqa: E402
 
 OUT = ROOT / "tests" / "data" / "learned_official.npz"
 CLASSES = {

@@ -3,7 +3,7 @@
 Runs the official code of a checkout (``algo/pitome/merge.py`` and ``algo/pitome/patch/timm.py``: ``pitome_vision``,
 ``merge_wavg``, ``PiToMeBlock``, ``PiToMeAttention``; read at commit 550b5de) and writes ``tests/data/pitome_official.npz``:
 
-- ``{model}_ratio{ratio}_logits`` / ``_tokens``: a DeiT (timm weights from ``tests/conftest.py::seeded_init(model,
+- ``{model}_ratio{ratio}_logits`` / ``_tokens``: a DeiT (timm weights from ``tests/helpers/weights.py::seeded_init(model,
   seed=1)``, inputs ``seeded_images(2, seed=2)``) whose blocks are the official ``PiToMeBlock`` / ``PiToMeAttention``
   (set on timm's modules as the official ``apply_patch`` does), with the official DeiT schedule of
   ``make_pitome_class`` / ``apply_patch``: keep ``ratio`` of the non-class tokens in every block (r = floor(T - T*ratio)),
@@ -36,7 +36,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from conftest import seeded_images, seeded_init  # noqa: E402
+from helpers import seeded_images, seeded_init  # noqa: E402
 
 OUT = ROOT / "tests" / "data" / "pitome_official.npz"
 MODELS = {"deit_tiny": "deit_tiny_patch16_224", "deit_small": "deit_small_patch16_224"}

@@ -5,7 +5,7 @@ Runs the study's own code (JoakimHaurum/TokenReduction, ``models/kmedoids.py``,
 
 - ``{method}_{model}_k{keep}_logits``: the official model's forward (``KMedoidsVisionTransformer``
   token-weighted, 3 iterations; ``DPCKNNVisionTransformer`` with ``--equal_weight``, 5 neighbours)
-  on timm weights from ``tests/conftest.py::seeded_init(model, seed=1)`` and inputs
+  on timm weights from ``tests/helpers/weights.py::seeded_init(model, seed=1)`` and inputs
   ``seeded_images(2, seed=2)``, reducing before blocks 3, 6, 9;
 - ``{method}_{model}_k{keep}_tokens``: the tokens each block received in that forward, for the
   study's keep rates 0.25, 0.5, 0.7, 0.9;
@@ -45,7 +45,7 @@ from torch import nn
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from conftest import seeded_images, seeded_init  # noqa: E402
+from helpers import seeded_images, seeded_init  # noqa: E402
 
 OUT = ROOT / "tests" / "data" / "study_official.npz"
 REDUCTION_LOC = [3, 6, 9]  # the study's blocks 4, 7 and 10, 0-indexed

@@ -3,7 +3,7 @@
 Runs the official ``CLIPVisionTower_VisionZip.forward`` (``visionzip/clip_encoder.py``, read at commit 3151f6d) on a
 transformers ``CLIPVisionModel`` with LLaVA-1.5's tower geometry (336 px, patch 14: 576 patches + the class token) but
 a small width and depth (hidden 64, 2 heads, 4 layers, so that layers[-2] exists as in the 24-layer tower), weights
-from ``tests/conftest.py::seeded_init(model, seed=3)``, eager attention, and writes ``tests/data/visionzip_official.npz``:
+from ``tests/helpers/weights.py::seeded_init(model, seed=3)``, eager attention, and writes ``tests/data/visionzip_official.npz``:
 
 - ``images``: the inputs (``seeded_images(2, img=336, seed=4)``);
 - ``tokens_{k}``, ``indices_{k}``: the official output (dominant tokens, class token first, then the contextual ones)
@@ -32,7 +32,7 @@ import transformers
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from conftest import seeded_images, seeded_init  # noqa: E402
+from helpers import seeded_images, seeded_init  # noqa: E402
 
 OUT = ROOT / "tests" / "data" / "visionzip_official.npz"
 #: the tower: LLaVA-1.5's geometry, a small width and depth
