@@ -37,7 +37,7 @@ from deploytk.profile.profiler import profile as run_profile
 from deploytk.quantize import DEFAULT_CALIBRATION_IMAGES, run_quantize
 from deploytk.tune import PERCENTILES
 from deploytk.tune import tune as run_tune
-from deploytk.validate.validator import PRECISION_TOLERANCES, run_validation
+from deploytk.validate.validator import PRECISION_TOLERANCES, run_validations
 from deploytk.visualize import REFERENCE as VISUALIZE_REFERENCE
 from deploytk.visualize import backend_names as visualize_backends
 from deploytk.visualize import visualize as run_visualize
@@ -147,7 +147,10 @@ def quantize(
 @handle_errors
 def validate(
     directory: Path = typer.Argument(..., help="Artifact directory written by `deploytk export`."),
-    backend: str = typer.Option(DEFAULT_BACKEND, help=VALIDATING_BACKENDS),
+    backend: str = typer.Option(
+        DEFAULT_BACKEND,
+        help=VALIDATING_BACKENDS + ". Several, comma-separated (ort,openvino): each judged, the reference run once.",
+    ),
     images: Path | None = typer.Option(None, help="Folder of real images (default: 64 seeded synthetic images)."),
     num_images: int = typer.Option(64, help="Images to compare."),
     batch_size: int = typer.Option(8, help="Batch size of the comparison runs."),
@@ -179,12 +182,13 @@ def validate(
         "min_top1_agreement": min_top1,
         "max_branch_flips": max_branch_flips,
     }
+    backends = [name.strip() for name in backend.split(",") if name.strip()]
     with RichProgress() as progress:
-        report, tol = run_validation(
-            directory, backend, images=images, num_images=num_images, batch_size=batch_size, progress=progress, **tolerances
+        reports, tol = run_validations(
+            directory, backends, images=images, num_images=num_images, batch_size=batch_size, progress=progress, **tolerances
         )
-    render.validation(directory, report, tol, images is not None, json_out)
-    raise typer.Exit(0 if report.passed else 1)
+    render.validations(directory, reports, tol, images is not None, json_out)
+    raise typer.Exit(0 if all(report.passed for report in reports) else 1)
 
 
 @app.command()

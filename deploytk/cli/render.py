@@ -108,6 +108,21 @@ def _output_line(output: dict) -> str:
     return f"output: {kind} ({output['names'][0]})"
 
 
+def validations(directory: Path, reports: list, tol, real_images: bool, json_out: bool) -> None:
+    """One backend: its report (JSON: the report). Several: each report, then one verdict line (JSON: ``passed``,
+    ``backends`` and ``reports`` in the order given)."""
+    if len(reports) == 1:
+        return validation(directory, reports[0], tol, real_images, json_out)
+    if json_out:
+        passed = all(r.passed for r in reports)
+        return emit_json({"passed": passed, "backends": [r.backend for r in reports], "reports": [r.to_dict() for r in reports]})
+    for report in reports:
+        validation(directory, report, tol, real_images, json_out)
+    failed = [r.backend for r in reports if not r.passed]
+    verdict = f"[bold red]FAIL[/] on {', '.join(failed)}" if failed else "[bold green]PASS[/] on every backend"
+    out_console.print(f"{verdict} ({', '.join(r.backend for r in reports)}; the reference ran once)")
+
+
 def validation(directory: Path, report, tol, real_images: bool, json_out: bool) -> None:
     if json_out:
         return emit_json(report.to_dict())

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-from polygraphy.comparator import Comparator, SimpleCompareFunc
+from polygraphy.comparator import Comparator, RunResults, SimpleCompareFunc
 from polygraphy.logger import G_LOGGER
 
 from deploytk.backends import Backend, ModelRunner, get_backend
@@ -194,6 +194,27 @@ def judge_top1_flips(
     metrics["top1_agreement_counted"] = None if metrics["top1_agreement"] is None else (n - counted) / n
 
 
+@dataclass
+class _Candidate:
+    """A backend loaded for judging: its runner's model, the matching probes it outputs and how it emulates."""
+
+    backend: Backend
+    loaded: object
+    probes: list
+    emulation: str | None
+
+
+def _load_candidate(backend: Backend, artifact: Artifact, batch_sizes: list[int], progress: Progress) -> _Candidate:
+    graph, probes, emulation = None, [], None
+    if backend.runs_onnx:  # validate the graph with the matching ops' choices as extra outputs (see branches.py)
+        proto, emulation = backend.graph(artifact)
+        if emulation:
+            progress.step(f"{backend.name}: {emulation}")
+        probed, probes = with_matching_outputs(proto, matching_from=artifact.onnx_path)  # validate the graph that made them
+        graph = probed if probed is not None else proto
+    return _Candidate(backend, backend.load(artifact, batch_sizes, graph, progress), probes, emulation)
+
+
 def validate(
     directory: Path,
     backend: str | Backend,
@@ -203,31 +224,63 @@ def validate(
     reference=None,
 ) -> ValidationReport:
     """Run ``batches`` (default: 64 seeded synthetic images) through the backend and the fp32 reference and judge the difference."""
-    backend = get_backend(backend, validating=True) if isinstance(backend, str) else backend
+    return validate_each(directory, [backend], batches, tol, progress, reference)[0]
+
+
+def validate_each(
+    directory: Path,
+    backends: list[str | Backend],
+    batches: list[np.ndarray] | None,
+    tol: Tolerances,
+    progress: Progress = SILENT,
+    reference=None,
+) -> list[ValidationReport]:
+    """``validate`` on each backend, with the fp32 reference run once: on a CPU the reference is most of a
+    validation's time (CLIP-L/336, 64 images: 140 s of 190 s), so a second runtime costs only its own run."""
+    backends = [get_backend(b, validating=True) if isinstance(b, str) else b for b in backends]
+    names = [b.name for b in backends]
+    if len(set(names)) != len(names):
+        raise DeploytkError(f"backend given twice: {', '.join(names)}; name each runtime once.")
     artifact = Artifact.open(directory)
     img = artifact.img_size
     batches = batches if batches is not None else synthetic_batches(64, 8, img)
-    graph, probes, emulation = None, [], None
-    if backend.runs_onnx:  # validate the graph with the matching ops' choices as extra outputs (see branches.py)
-        proto, emulation = backend.graph(artifact)
-        if emulation:
-            progress.step(f"{backend.name}: {emulation}")
-        probed, probes = with_matching_outputs(proto, matching_from=artifact.onnx_path)  # validate the graph that made them
-        graph = probed if probed is not None else proto
-    loaded = backend.load(artifact, sorted({len(b) for b in batches}), graph, progress)  # refuses a stale engine before any work
+    batch_sizes = sorted({len(b) for b in batches})
+    candidates = [_load_candidate(b, artifact, batch_sizes, progress) for b in backends]  # refuses a stale engine before any work
     if reference is None:
         progress.step("rebuilding the PyTorch reference from the manifest")
         reference = build_reference(artifact.config)
     reference_model = TorchModel(reference, img, "cpu", artifact.output_names)
-    runners = [ModelRunner(reference_model, img, "pytorch-reference"), ModelRunner(loaded, img, backend.name)]
-    progress.step(f"running {sum(len(b) for b in batches)} images through PyTorch and {backend.name}")
+    feeds = [{INPUT_NAME: b} for b in batches]
+    images = sum(len(b) for b in batches)
     G_LOGGER.module_severity = G_LOGGER.CRITICAL if artifact.quantization else G_LOGGER.ERROR  # int8: element-wise not judged
+    progress.step(f"running {images} images through the PyTorch reference")
     with contextlib.redirect_stdout(sys.stderr):  # Polygraphy logs to stdout; keep it for --json
-        results = Comparator.run(runners, data_loader=[{INPUT_NAME: b} for b in batches])
-        accuracy = Comparator.compare_accuracy(
-            results, compare_func=SimpleCompareFunc(atol=tol.atol, rtol=tol.rtol, check_error_stat="max")
-        )
-    elementwise_passed = bool(accuracy)
+        reference_results = Comparator.run([ModelRunner(reference_model, img, "pytorch-reference")], data_loader=feeds)
+    reports = []
+    for candidate in candidates:
+        progress.step(f"running {images} images through {candidate.backend.name}")
+        with contextlib.redirect_stdout(sys.stderr):
+            own = Comparator.run([ModelRunner(candidate.loaded, img, candidate.backend.name)], data_loader=feeds)
+            results = RunResults(list(reference_results.items()) + list(own.items()))
+            accuracy = Comparator.compare_accuracy(
+                results, compare_func=SimpleCompareFunc(atol=tol.atol, rtol=tol.rtol, check_error_stat="max")
+            )
+        reports.append(_judge(artifact, candidate, reference, batches, results, bool(accuracy), tol, progress))
+    return reports
+
+
+def _judge(
+    artifact: Artifact,
+    candidate: _Candidate,
+    reference,
+    batches: list[np.ndarray],
+    results: RunResults,
+    elementwise_passed: bool,
+    tol: Tolerances,
+    progress: Progress,
+) -> ValidationReport:
+    """The report on one backend's outputs against the reference's (Polygraphy's element-wise verdict given)."""
+    backend, loaded, probes = candidate.backend, candidate.loaded, candidate.probes
     (_, ref_iters), (_, out_iters) = results[0], results[1]
     name = artifact.output_name  # the first output is judged; Polygraphy's element-wise check covered all of them
     ref_out = [it[name] for it in ref_iters]
@@ -288,7 +341,7 @@ def validate(
         same_branch=same_branch,
         precision=artifact.numerics,
         choices=choices,
-        emulation=emulation or loaded.emulation,
+        emulation=candidate.emulation or loaded.emulation,
         output_kind=artifact.output_kind,
         other_outputs=other_outputs,
         runtime_settings=loaded.settings(),
@@ -306,15 +359,34 @@ def run_validation(
     progress: Progress = SILENT,
     **tolerances,
 ) -> tuple[ValidationReport, Tolerances]:
-    """`deploytk validate`: tolerances from the artifact's precision (overridden where given), then ``validate``
+    """`deploytk validate` on one backend (``run_validations``)."""
+    reports, tol = run_validations(
+        directory, [backend], images=images, num_images=num_images, batch_size=batch_size, progress=progress, **tolerances
+    )
+    return reports[0], tol
+
+
+def run_validations(
+    directory: Path,
+    backends: list[str | Backend],
+    *,
+    images: Path | None = None,
+    num_images: int = 64,
+    batch_size: int = 8,
+    progress: Progress = SILENT,
+    **tolerances,
+) -> tuple[list[ValidationReport], Tolerances]:
+    """`deploytk validate`: tolerances from the artifact's precision (overridden where given), then ``validate_each``
     on ``num_images`` of ``images`` (timm's preprocessing for the model) or seeded synthetic images."""
     if num_images < 1 or batch_size < 1:
         raise DeploytkError("--num-images and --batch-size must be >= 1.")
+    if not backends:
+        raise DeploytkError("no backend to validate on; name at least one.")
     flips = tolerances.get("max_branch_flips")
     if flips is not None and not 0 <= flips <= 1:
         raise DeploytkError(f"--max-branch-flips {flips} must be a fraction in [0, 1].")
-    backend = get_backend(backend, validating=True) if isinstance(backend, str) else backend
-    artifact = Artifact.open(directory, verify=False)  # validate() checks the hash
+    backends = [get_backend(b, validating=True) if isinstance(b, str) else b for b in backends]
+    artifact = Artifact.open(directory, verify=False)  # validate_each() checks the hash
     tol = Tolerances.for_precision(artifact.numerics, **tolerances)
     reference = None
     if images is not None:  # the reference's own timm model decides the preprocessing
@@ -323,4 +395,4 @@ def run_validation(
         batches = folder_batches(images, num_images, batch_size, reference.family.eval_transform())
     else:
         batches = synthetic_batches(num_images, batch_size, artifact.img_size)
-    return validate(directory, backend, batches, tol, progress, reference), tol
+    return validate_each(directory, backends, batches, tol, progress, reference), tol

@@ -52,6 +52,35 @@ def test_validate_on_openvino_passes_with_its_settings_reported(digits_tome):
     assert settings["PERFORMANCE_HINT"] == "LATENCY" and settings["INFERENCE_NUM_THREADS"] >= 1
 
 
+def test_validate_on_two_backends_judges_each_as_alone_with_one_reference_run(digits_tome, monkeypatch):
+    from deploytk.backends.torch_backend import TorchModel
+
+    alone = {
+        b: json.loads(invoke("validate", digits_tome, "--backend", b, "--num-images", "16", "--json").stdout) for b in ("ort", "openvino")
+    }
+    reference_runs = []
+    original = TorchModel.run
+    monkeypatch.setattr(TorchModel, "run", lambda self, x: reference_runs.append(len(x)) or original(self, x))
+    result = invoke("validate", digits_tome, "--backend", "ort,openvino", "--num-images", "16", "--json")
+    both = json.loads(result.stdout)
+    assert result.exit_code == 0 and both["passed"] and both["backends"] == ["ort", "openvino"], result.output
+    assert [r["backend"] for r in both["reports"]] == ["ort", "openvino"]
+    for report in both["reports"]:  # the same numbers as each backend validated alone
+        assert report == alone[report["backend"]]
+    assert reference_runs == [8, 8]  # 16 images in two batches of 8, run once for both backends
+
+
+def test_validate_names_a_backend_given_twice(digits_tome):
+    result = invoke("validate", digits_tome, "--backend", "ort,openvino,ort")
+    assert result.exit_code == 2 and "backend given twice: ort, openvino, ort" in result.output
+
+
+def test_validate_on_two_backends_refuses_before_running_any(exported):
+    out = exported("digits_vit_tome_r4_bf16")  # OpenVINO refuses a bf16 graph: ort is not run either
+    result = invoke("validate", out, "--backend", "ort,openvino", "--num-images", "8")
+    assert result.exit_code == 2 and "bf16 graph" in result.output and "PyTorch" not in result.output
+
+
 def test_openvino_equals_onnx_runtime_on_the_same_graph(digits_tome):
     from deploytk.backends import get_backend
     from deploytk.export.artifacts import Artifact
