@@ -62,7 +62,7 @@ test: lint serve-env
 slow: install serve-env
 	$(call run_pytest,$(SLOW_TESTS))
 
-# The quick check, then the slow tier: what .ci/run is to run once it fits 60 minutes (CONTRIBUTING.md has the times).
+# The quick check, then the slow tier: what .ci/run runs, at most 60 minutes (CONTRIBUTING.md has the times).
 ci: test slow
 
 # Line coverage of deploytk/, plugins/ and serving/ under the default suite (`make coverage TESTS=` for every CPU test).

@@ -284,7 +284,6 @@ VISIONZIP_ON_DIGITS = {
 def digits_plugin_nodes(tmp_path_factory):
     """(op, input shapes, attributes) of every plugin node `deploytk build` hands the parser, from real digits exports."""
     import onnx
-    from conftest import digits_config
 
     from deploytk.build.builder import _force_aot
     from deploytk.build.graph import prepare_for_build
@@ -292,6 +291,8 @@ def digits_plugin_nodes(tmp_path_factory):
     from deploytk.config import config_from_dict
     from deploytk.export.pipeline import run_export
     from deploytk.ops import PLUGIN_ATTRIBUTES
+
+    from helpers import digits_config
 
     dense = digits_config("digits_vit_dense").model_dump(exclude_unset=True)
     configs = {stem: digits_config(stem) for stem in DIGITS_METHODS} | {"visionzip": config_from_dict(dense | VISIONZIP_ON_DIGITS)}
