@@ -37,6 +37,10 @@ FAST = {
 #: last while the other worker idles (tests/conftest.py, --dist load)
 LARGEST_FIRST = ("llava15_clip_l336", "dinov2_base", "deit_base", "multiscale_deit_base", "dinov2_small", "multiscale")
 BY_SIZE = sorted(CONFIGS, key=lambda p: next((i for i, m in enumerate(LARGEST_FIRST) if p.stem.startswith(m)), len(LARGEST_FIRST)))
+#: validated on 16 images instead of the default 64: each of these runs dense CLIP-L/336 (VisionZip selects after the
+#: last block) three times, reference and two runtimes, 330-540 s per config at 64 images on one core of the 2-core
+#: machine (2d41a1e), a third of the slow tier; `scripts/validate_all_configs.py` validates them at 64
+FEWER_IMAGES = ("llava15_clip_l336",)
 runner = CliRunner()
 
 
@@ -63,8 +67,10 @@ def check_report(out: Path, manifest: dict, report: dict, exit_code: int, output
     custom = {n.op_type for n in model.graph.node if n.domain == "deploytk"}
     assert custom == set(manifest["custom_ops"])  # the deploytk ops survived as nodes, not inlined
     if report["precision"] == "fp32":
-        # top-1 agreement is None for an output without classes (patch features, token sets)
-        assert exit_code == 0 and report["passed"] and report["top1_agreement"] in (1.0, None), output
+        # top-1 agreement is None for an output without classes (patch features, token sets); a proven near-tie branch
+        # flip may move an image's top-1 (DeiT-S PiToMe, 1 of 64 images): it is judged against the replayed reference
+        judged = report["same_branch"] or report
+        assert exit_code == 0 and report["passed"] and judged["top1_agreement"] in (1.0, None), output
     else:
         # random weights give near-tied logits, and fp16/bf16 noise within tolerance swaps them: every
         # other check must pass, and each top-1 flip must be such a near-tie (bf16 DeiT-S: 1 of 16 images)
@@ -106,9 +112,10 @@ def openvino_installed() -> bool:
 @pytest.mark.parametrize("config", BY_SIZE, ids=lambda p: p.stem)
 def test_every_config_passes_validate_with_default_settings(config, exported):
     """What a user runs: `deploytk validate DIR --backend ort,openvino` and no other flag (64 images, the precision's
-    tolerances), on the shared export of the config; the reference runs once for both runtimes. Each report passes, and
-    ONNX Runtime's is also held to ``check_report`` (ops kept as nodes, flips proven; the CLI's own export and the
-    16-image check of the FAST configs are the default suite's, above). OpenVINO refuses a bf16 graph, with the reason."""
+    tolerances; 16 images for FEWER_IMAGES), on the shared export of the config; the reference runs once for both
+    runtimes. Each report passes, and ONNX Runtime's is also held to ``check_report`` (ops kept as nodes, flips proven;
+    the CLI's own export and the 16-image check of the FAST configs are the default suite's, above). OpenVINO refuses a
+    bf16 graph, with the reason."""
     out = exported(config.stem)
     manifest = json.loads((out / "manifest.json").read_text())
     backends = ["ort"]
@@ -118,7 +125,8 @@ def test_every_config_passes_validate_with_default_settings(config, exported):
             assert refused.exit_code == 2 and "bf16 graph" in refused.output, refused.output
         else:
             backends.append("openvino")
-    result = runner.invoke(app, ["validate", str(out), "--backend", ",".join(backends), "--json"])
+    images = ["--num-images", "16"] if config.stem.startswith(FEWER_IMAGES) else []
+    result = runner.invoke(app, ["validate", str(out), "--backend", ",".join(backends), *images, "--json"])
     printed = json.loads(result.stdout)
     reports = printed["reports"] if len(backends) > 1 else [printed]
     assert result.exit_code == 0 and [r["backend"] for r in reports] == backends, result.output
