@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from deploytk.cli import app
 from deploytk.methods import get_method
+from deploytk.optional import openvino_version
 
 from helpers import assert_every_deploytk_node_builds_as_a_plugin
 
@@ -100,14 +101,6 @@ def test_method_config_exports_and_validates(config, tmp_path):
     assert_every_deploytk_node_builds_as_a_plugin(onnx.load(str(tmp_path / config.stem / "model.onnx")))
 
 
-def openvino_installed() -> bool:
-    try:
-        import openvino  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("config", BY_SIZE, ids=lambda p: p.stem)
 def test_every_config_passes_validate_with_default_settings(config, exported):
@@ -119,7 +112,7 @@ def test_every_config_passes_validate_with_default_settings(config, exported):
     out = exported(config.stem)
     manifest = json.loads((out / "manifest.json").read_text())
     backends = ["ort"]
-    if openvino_installed():
+    if openvino_version() is not None:
         if manifest["config"]["export"]["precision"] == "bf16":  # refused by design (tests/backends/test_openvino.py)
             refused = runner.invoke(app, ["validate", str(out), "--backend", "openvino"])
             assert refused.exit_code == 2 and "bf16 graph" in refused.output, refused.output
