@@ -107,17 +107,17 @@ def calibrate_config(
     if batch_size < 1 or num_images < 1:
         raise DeploytkError("--batch-size and --num-images must be >= 1.")
     require_calibrated(cfg)
-    output = claim_yaml(Path(output) if output else config.with_name(f"{config.stem}_calibrated.yaml"), "deploytk calibrate")
-    progress.step("building the model")
-    model = build_reference(cfg)
-    progress.step("loading calibration images")
-    if images is not None:
-        batches = folder_batches(images, num_images, batch_size, model.family.eval_transform())
-        source = f"images: {images}"
-    else:
-        batches = synthetic_batches(synthetic, batch_size, model.family.img_size)  # export.img_size: null is the model's own
-        source = f"synthetic: {synthetic} seeded standard-normal images"
-    data, report = calibrate(cfg, batches, quantile, source, progress, model)
-    header = f"# Calibrated by `deploytk calibrate {config}` ({report['statistic']}).\n"
-    output.write_yaml(header + yaml.safe_dump(portable(data, output.path), sort_keys=False))
-    return {"output": str(output.path), **report}
+    with claim_yaml(Path(output) if output else config.with_name(f"{config.stem}_calibrated.yaml"), "deploytk calibrate") as output:
+        progress.step("building the model")
+        model = build_reference(cfg)
+        progress.step("loading calibration images")
+        if images is not None:
+            batches = folder_batches(images, num_images, batch_size, model.family.eval_transform())
+            source = f"images: {images}"
+        else:
+            batches = synthetic_batches(synthetic, batch_size, model.family.img_size)  # export.img_size: null is the model's own
+            source = f"synthetic: {synthetic} seeded standard-normal images"
+        data, report = calibrate(cfg, batches, quantile, source, progress, model)
+        header = f"# Calibrated by `deploytk calibrate {config}` ({report['statistic']}).\n"
+        output.write_yaml(header + yaml.safe_dump(portable(data, output.path), sort_keys=False))
+        return {"output": str(output.path), **report}

@@ -12,3 +12,8 @@ class DeploytkError(Exception):
         self.message = message
         self.hint = hint
         super().__init__(message if hint is None else f"{message} {hint}")
+
+
+class DeploytkNotice(UserWarning):
+    """Something the user should know that did not stop the work (a killed run's temporaries removed, a corrupt cache
+    entry rebuilt): a warning to a Python caller, a ``note:`` line on stderr from the CLI."""

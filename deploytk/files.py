@@ -16,20 +16,35 @@ An earlier output of the same kind is replaced, but only the files deploytk wrot
 files in it are refused unless ``--force``, and with ``--force`` they are kept where they are.
 Writes go to a temporary sibling that replaces the target only when complete; on any failure,
 Ctrl-C included, the temporary folder and any parent folder the claim created are removed.
+
+**One writer per output.** A claim takes an OS lock (``flock``) on ``.NAME.deploytk-lock`` beside the
+target and holds it until the write is done or given up (``with claim_...(...) as out:``; the lock
+dies with the process, so a killed writer never blocks the next one). A second writer is refused at
+once, naming the process that holds it. Holding the lock also proves that the target's temporaries
+(``.NAME.tmp-*``, ``.NAME.old-*``) belong to no live writer: a run killed with SIGKILL leaves them,
+and the next claim removes them and says so (a ``DeploytkNotice``); ``deploytk clean PATH`` lists and
+removes them without writing anything.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import glob
+import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
+import sys
+import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
-from deploytk.errors import DeploytkError
+from deploytk.errors import DeploytkError, DeploytkNotice
 
 #: how many foreign file names an error lists before "and N more"
 _LISTED = 5
@@ -128,8 +143,173 @@ def _remove_if_empty(folders: list[Path]) -> None:
             folder.rmdir()
 
 
+# ---- one writer per output ------------------------------------------------------------------
+
+#: the lock file beside an output ``NAME``: ``.NAME.deploytk-lock``
+LOCK_SUFFIX = ".deploytk-lock"
+#: what a writer leaves beside its target while it works (``_temp_name``): ``.NAME.tmp-<hex>`` (a file keeps its suffix
+#: after the hex: ``.STEM.tmp-<hex>.SUFFIX``) and, for a moment while a folder is swapped, ``.NAME.old-<hex>``
+_LEFTOVER = re.compile(r"^\.(?P<stem>.+)\.(?P<what>tmp|old)-(?P<hex>[0-9a-f]{16})(?P<suffix>.*)$")
+_LOCK = re.compile(r"^\.(?P<name>.+)" + re.escape(LOCK_SUFFIX) + "$")
+
+
+def lock_path(target: Path) -> Path:
+    return target.parent / f".{target.name}{LOCK_SUFFIX}"
+
+
+class OutputLock:
+    """An exclusive ``flock`` on ``.NAME.deploytk-lock`` beside ``target``: the lock is the kernel's, so it is gone when
+    its holder dies however it dies; the file says who holds it and is removed on release."""
+
+    def __init__(self, target: Path):
+        self.target = Path(target)
+        self.path = lock_path(self.target)
+        self._fd: int | None = None
+        #: the folder's times before the lock file was made (``Claim.release`` puts them back after a failure)
+        self.folder_times: os.stat_result | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self, *, wait: bool = False) -> str | None:
+        """Take the lock; return None, or (``wait=False``) the holder's description when another process has it."""
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            except BlockingIOError:
+                holder = os.pread(fd, 512, 0).decode(errors="replace").strip() or "another process"
+                os.close(fd)
+                return holder
+            except BaseException:
+                os.close(fd)
+                raise
+            try:  # the file may have been released (and removed) between our open and our lock: lock the current one
+                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        command = " ".join(Path(a).name if i == 0 else a for i, a in enumerate(sys.argv))[:200]
+        since = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        os.pwrite(fd, f"pid {os.getpid()} ({command}) since {since}\n".encode(), 0)
+        self._fd = fd
+        return None
+
+    def probe(self) -> str | None:
+        """Who holds the lock (None: nobody), without taking it or creating anything."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return os.pread(fd, 512, 0).decode(errors="replace").strip() or "another process"
+        finally:
+            os.close(fd)
+        return None
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        with contextlib.suppress(OSError):
+            self.path.unlink()  # before unlocking: a waiter that opened this file sees it gone and opens the new one
+        os.close(self._fd)
+        self._fd = None
+
+
+def leftovers_of(target: Path) -> list[Path]:
+    """The temporaries writers of ``target`` leave beside it (any writer's: only call while holding its lock)."""
+    target = Path(target)
+    found = []
+    with contextlib.suppress(OSError):
+        for entry in target.parent.iterdir():
+            m = _LEFTOVER.match(entry.name)
+            if m and m["stem"] + m["suffix"] == target.name or m and m["stem"] == target.name and not m["suffix"]:
+                found.append(entry)
+    return sorted(found)
+
+
+def _remove(entry: Path) -> None:
+    if entry.is_dir() and not entry.is_symlink():
+        shutil.rmtree(entry, ignore_errors=True)
+    else:
+        entry.unlink(missing_ok=True)
+
+
+def _remove_leftovers(target: Path) -> None:
+    """Called holding ``target``'s lock: nobody is writing it, so what its writers left is a killed run's."""
+    stale = leftovers_of(target)
+    for entry in stale:
+        _remove(entry)
+    if stale:
+        warnings.warn(
+            DeploytkNotice(
+                f"removed {len(stale)} temporar{'y' if len(stale) == 1 else 'ies'} beside {target} left by an interrupted "
+                f"write ({_listing(e.name for e in stale)})."
+            ),
+            stacklevel=3,
+        )
+
+
+def _lock_output(path: Path, option: str, what: str) -> tuple[OutputLock, list[Path]]:
+    """Lock ``path`` for writing (making the folders above it, which the release removes again if still empty);
+    refuse at once if another process writes it."""
+    made = _created_parents(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = OutputLock(path)
+    lock.folder_times = None if made else path.parent.stat()  # before the lock file changes them
+    try:
+        holder = lock.acquire()
+    except BaseException:
+        _remove_if_empty(made)
+        raise
+    if holder is not None:
+        _remove_if_empty(made)
+        raise DeploytkError(
+            f"{option} {path} is being written by another deploytk process ({holder}); two writers of one {what} would "
+            "lose one's result, so this one was refused before any work and nothing was changed.",
+            hint=f"Wait for that run to finish, or choose another {option}.",
+        )
+    _remove_leftovers(path)
+    return lock, made
+
+
 @dataclass
-class DirectoryOutput:
+class Claim:
+    """What every claimed output holds: the lock and the folders the claim made; ``release`` is idempotent, and
+    ``with claim_...(...) as out:`` releases on every exit path (a successful ``write()`` releases too)."""
+
+    lock: OutputLock | None = field(default=None, repr=False, compare=False, kw_only=True)
+    made: list[Path] = field(default_factory=list, repr=False, compare=False, kw_only=True)
+
+    def release(self, *, keep_folders: bool = False) -> None:
+        """Give up the lock; ``keep_folders`` (the output was written) keeps the folders the claim made, else they go
+        and the folder the lock file was made in gets its times back: a refused or failed command leaves it as it was."""
+        if self.lock is not None:
+            self.lock.release()
+            times = getattr(self.lock, "folder_times", None)
+            if not keep_folders and times is not None:
+                with contextlib.suppress(OSError):
+                    os.utime(self.lock.path.parent, ns=(times.st_atime_ns, times.st_mtime_ns))
+            self.lock = None
+        if not keep_folders:
+            _remove_if_empty(self.made)
+        self.made = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+@dataclass
+class DirectoryOutput(Claim):
     """A claimed output folder: ``write()`` yields a temporary folder to fill; it becomes ``path`` when complete."""
 
     path: Path
@@ -141,10 +321,15 @@ class DirectoryOutput:
 
     @contextlib.contextmanager
     def write(self) -> Iterator[Path]:
-        claim = claim_directory(self.path, self.kind, option=self.option, force=self.force)  # the folder may have changed since
+        """The temporary folder to fill; it replaces ``path`` when the block ends without an error. Either way the
+        claim is released."""
+        if self.lock is None:
+            raise RuntimeError(f"the claim on {self.path} was released; claim it again to write it")
+        claim = _check_directory(self.path, self.kind, self.option, self.force)  # the folder may have changed since
         target = self.path
         tmp = _temp_name(target.parent, f".{target.name}.tmp-")  # named before it exists: cleanup finds it whenever a signal lands
         made = _created_parents(target)
+        written = False
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp.mkdir(mode=0o700)
@@ -156,11 +341,14 @@ class DirectoryOutput:
                 _swap(tmp, target)  # only deploytk's files there: replace the folder as a whole
             else:
                 _replace_in_place(tmp, target, self.kind)  # keeps the user's files (or an empty folder they made) where they are
+            written = True
         except BaseException as err:
             if not _not_ours(err, tmp):
                 shutil.rmtree(tmp, ignore_errors=True)
             _remove_if_empty(made)
             raise
+        finally:
+            self.release(keep_folders=written)
 
 
 def _temp_name(folder: Path, prefix: str, suffix: str = "") -> Path:
@@ -204,11 +392,25 @@ def _replace_in_place(tmp: Path, target: Path, kind: DirectoryKind) -> None:
 
 
 def claim_directory(path: Path, kind: DirectoryKind, *, option: str = "--output", force: bool = False) -> DirectoryOutput:
-    """Check that ``path`` may receive a ``kind`` folder (see the module doc); raise DeploytkError naming the path if not."""
+    """Check that ``path`` may receive a ``kind`` folder (see the module doc) and lock it for this process; raise
+    DeploytkError naming the path if not. Use it as ``with claim_directory(...) as out:`` (or ``out.release()``)."""
+    path = Path(path)
+    _check_directory(path, kind, option, force)
+    lock, made = _lock_output(path, option, kind.name)
+    try:
+        claim = _check_directory(path, kind, option, force)  # again, holding the lock: a writer may just have finished
+    except BaseException:
+        Claim(lock=lock, made=made).release()
+        raise
+    claim.lock, claim.made = lock, made
+    return claim
+
+
+def _check_directory(path: Path, kind: DirectoryKind, option: str, force: bool) -> DirectoryOutput:
     path = Path(path)
     _check_path(path, option)
     if not path.exists():
-        return DirectoryOutput(path, kind, option, force)
+        return DirectoryOutput(path=path, kind=kind, option=option, force=force)
     if not path.is_dir():
         raise DeploytkError(
             f"{option} {path} is a file, not a {kind.name} folder; deploytk never overwrites a file it did not write "
@@ -217,7 +419,7 @@ def claim_directory(path: Path, kind: DirectoryKind, *, option: str = "--output"
         )
     present = _files_under(path)
     if not present:
-        return DirectoryOutput(path, kind, option, force)
+        return DirectoryOutput(path=path, kind=kind, option=option, force=force)
     owned = kind.owned(path)
     if owned is None:
         raise DeploytkError(
@@ -238,7 +440,7 @@ def claim_directory(path: Path, kind: DirectoryKind, *, option: str = "--output"
             f"{option} {path} already exists (an earlier {kind.name}); it was left as it is.",
             hint=f"Pass --force to replace it (atomically), or choose another {option}.",
         )
-    return DirectoryOutput(path, kind, option, force, tuple(sorted(foreign)))
+    return DirectoryOutput(path=path, kind=kind, option=option, force=force, kept=tuple(sorted(foreign)))
 
 
 # ---- single files ---------------------------------------------------------------------------
@@ -269,7 +471,7 @@ def written_by_deploytk(path: Path) -> bool:
 
 
 @dataclass
-class FileOutput:
+class FileOutput(Claim):
     """A claimed output file: written through a temporary sibling, marked as deploytk's, replaced only when complete."""
 
     path: Path
@@ -279,10 +481,18 @@ class FileOutput:
 
     @contextlib.contextmanager
     def write(self) -> Iterator[Path]:
-        """A temporary path with ``path``'s suffix (writers that choose the format by it) to fill; the caller marks it."""
-        claim_file(self.path, self.writer, option=self.option)  # the file may have changed since
-        with atomic_file(self.path) as tmp:
-            yield tmp
+        """A temporary path with ``path``'s suffix (writers that choose the format by it) to fill; the caller marks it.
+        Either way the claim is released when the block ends."""
+        if self.lock is None:
+            raise RuntimeError(f"the claim on {self.path} was released; claim it again to write it")
+        written = False
+        try:
+            _check_file(self.path, self.writer, self.option)  # the file may have changed since
+            with atomic_file(self.path) as tmp:
+                yield tmp
+            written = True
+        finally:
+            self.release(keep_folders=written)
 
     def write_json(self, payload: dict) -> None:
         """``payload`` as indented JSON, ``written_by`` first."""
@@ -304,7 +514,21 @@ class FileOutput:
 
 
 def claim_file(path: Path, writer: str, *, option: str = "--output") -> FileOutput:
-    """Check that ``path`` may be written by ``writer`` (see the module doc); raise DeploytkError naming the path if not."""
+    """Check that ``path`` may be written by ``writer`` (see the module doc) and lock it for this process; raise
+    DeploytkError naming the path if not. Use it as ``with claim_file(...) as out:`` (or ``out.release()``)."""
+    path = Path(path)
+    _check_file(path, writer, option)
+    lock, made = _lock_output(path, option, "file")
+    try:
+        claim = _check_file(path, writer, option)
+    except BaseException:
+        Claim(lock=lock, made=made).release()
+        raise
+    claim.lock, claim.made = lock, made
+    return claim
+
+
+def _check_file(path: Path, writer: str, option: str) -> FileOutput:
     path = Path(path)
     _check_path(path, option)
     if path.exists():
@@ -318,15 +542,15 @@ def claim_file(path: Path, writer: str, *, option: str = "--output") -> FileOutp
                 "a file it did not write).",
                 hint=f"Choose another {option}, or move the file away yourself.",
             )
-    return FileOutput(path, option, writer)
+    return FileOutput(path=path, option=option, writer=writer)
 
 
 def claim_yaml(path: Path, writer: str, *, option: str = "--output") -> FileOutput:
     """``claim_file`` for a config: the name must end in .yaml or .yml (how a rerun recognises it, and what loads it)."""
-    claim = claim_file(path, writer, option=option)
-    if claim.path.suffix.lower() not in (".yaml", ".yml"):
+    _check_file(Path(path), writer, option)  # what any output may not be comes first
+    if Path(path).suffix.lower() not in (".yaml", ".yml"):
         raise DeploytkError(f"{option} {path}: {writer} writes a YAML config; give a file name ending in .yaml or .yml.")
-    return claim
+    return claim_file(path, writer, option=option)
 
 
 # ---- files inside a folder deploytk owns ----------------------------------------------------
@@ -360,3 +584,116 @@ def write_atomically(target: Path, data: bytes | str) -> None:
     """Write ``data`` (text as UTF-8) to ``target`` atomically (inside a folder deploytk owns, as ``atomic_file``)."""
     with atomic_file(target) as tmp:
         tmp.write_bytes(data.encode() if isinstance(data, str) else data)
+
+
+# ---- derived files: a cache outside every artifact ------------------------------------------
+
+#: where derived files go (dense baselines): ``$DEPLOYTK_CACHE``, else ``$XDG_CACHE_HOME/deploytk``, else ``~/.cache/deploytk``
+CACHE_ENV = "DEPLOYTK_CACHE"
+
+
+def cache_root() -> Path:
+    """The cache folder: never inside an artifact, so a read-only model store profiles and quantizes, and an artifact
+    holds only what its command wrote."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base).expanduser() / "deploytk"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def cached_file(section: str, name: str, make: Callable[[Path, str], None], what: str) -> Path:
+    """``cache_root()/section/name``, made by ``make(temporary path, final name)`` when absent, and verified on every read
+    against the sha256 recorded when it was made (``name.json``, which also covers files ``make`` wrote beside it
+    under ``name``-prefixed names, such as ONNX external data). A missing, truncated or changed entry is rebuilt, with a
+    ``DeploytkNotice`` when one was there. Concurrent callers wait for one another (the entry's lock)."""
+    folder = cache_root() / section
+    target, record = folder / name, folder / f"{name}.json"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        _require_writable(folder, f"the cache folder {folder}")
+    except (OSError, DeploytkError) as err:
+        reason = err.message if isinstance(err, DeploytkError) else f"{folder}: {err.strerror or err}"
+        raise DeploytkError(
+            f"{what} is kept in deploytk's cache folder, which cannot be written ({reason}).",
+            hint=f"Set {CACHE_ENV} to a writable folder (e.g. export {CACHE_ENV}=/tmp/deploytk-cache).",
+        ) from None
+    lock = OutputLock(target)
+    lock.acquire(wait=True)
+    try:
+        recorded = _read_record(record)
+        if recorded is not None:
+            bad = [f for f, sha in recorded.items() if not (folder / f).is_file() or _sha256(folder / f) != sha]
+            if not bad and name in recorded:
+                return target
+            warnings.warn(
+                DeploytkNotice(f"the cached {what} ({folder / (bad or [name])[0]}) did not match its recorded sha256; rebuilt it."),
+                stacklevel=3,
+            )
+        elif target.exists():
+            warnings.warn(DeploytkNotice(f"the cached {what} ({target}) had no record of its sha256; rebuilt it."), stacklevel=3)
+        record.unlink(missing_ok=True)
+        for stale in folder.glob(f"{glob.escape(name)}*"):  # the entry and what was made beside it (not the hidden lock)
+            _remove(stale)
+        with atomic_file(target) as tmp:
+            make(tmp, name)
+        files = sorted(p.name for p in folder.glob(f"{glob.escape(name)}*") if p.is_file() and p != record)
+        payload = {WRITTEN_BY: "deploytk cache", "what": what, "sha256": {f: _sha256(folder / f) for f in files}}
+        write_atomically(record, json.dumps(payload, indent=2) + "\n")
+        return target
+    finally:
+        lock.release()
+
+
+def _read_record(path: Path) -> dict[str, str] | None:
+    try:
+        data = json.loads(path.read_text())
+        files = data["sha256"]
+        return files if isinstance(files, dict) and all(isinstance(v, str) for v in files.values()) else None
+    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return None
+
+
+# ---- what killed runs left behind -----------------------------------------------------------
+
+
+def stale_entries(folder: Path, *, remove: bool = False) -> list[dict]:
+    """What interrupted deploytk writers left under ``folder`` (``deploytk clean``): each target's temporaries and lock
+    file, judged by trying its lock (a live writer holds it: its entries are listed as ``in use`` and never touched).
+    ``remove``: delete the stale ones. Returns one record per entry: path, target, kind, bytes, state."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        what = "is a file, not a folder" if folder.exists() else "does not exist"
+        raise DeploytkError(f"{folder} {what}; give the folder an output was written into.")
+    found: dict[Path, list[tuple[Path, str]]] = {}
+    for root, dirs, files in os.walk(folder):
+        here = Path(root)
+        for name in dirs + files:
+            leftover, lock = _LEFTOVER.match(name), _LOCK.match(name)
+            if leftover:
+                target = here / (leftover["stem"] + leftover["suffix"])
+                found.setdefault(target, []).append((here / name, "temporary" if leftover["what"] == "tmp" else "replaced output"))
+            elif lock:
+                found.setdefault(here / lock["name"], []).append((here / name, "lock file"))
+        dirs[:] = [d for d in dirs if not _LEFTOVER.match(d)]  # a temporary's own content is not listed on its own
+    records = []
+    for target, entries in sorted(found.items()):
+        lock = OutputLock(target)
+        holder = lock.acquire() if remove else lock.probe()
+        try:
+            for entry, kind in sorted(entries):
+                size = sum(f.stat().st_size for f in entry.rglob("*") if f.is_file()) if entry.is_dir() else entry.stat().st_size
+                state = f"in use by {holder}" if holder is not None else "removed" if remove else "stale"
+                if remove and holder is None and kind != "lock file":  # the lock file goes with our release
+                    _remove(entry)
+                records.append({"path": str(entry), "target": str(target), "kind": kind, "bytes": size, "state": state})
+        finally:
+            lock.release()
+    return records

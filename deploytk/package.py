@@ -132,60 +132,62 @@ def package_triton(
     artifact = Artifact.open(directory)  # model.onnx must match its manifest's sha256
     model_name = _model_name(name, artifact.directory)
     repository = Path(repository)
-    target = claim_directory(repository / model_name, TRITON_MODEL, option="--triton/--name", force=force)
-    inputs, outputs = _io_specs(artifact)
-    engine = _engine_record(artifact) if runtime in (None, _TENSORRT["backend"]) else None
-    if runtime == _TENSORRT["backend"] and engine is None:
-        raise DeploytkError(
-            f"--runtime {runtime}: {artifact.directory} has no TensorRT engine.", hint=f"Build one with `deploytk build {directory}`."
-        )
-    chosen = TRITON_RUNTIMES[runtime] if runtime else (_TENSORRT if engine else _ONNX_RUNTIME)
-    if chosen is _OPENVINO:
-        artifact.require_runtime("package --runtime openvino (Triton's openvino backend)", ("openvino",))
-    else:  # an int8 OpenVINO IR is not model.onnx
-        artifact.require_runtime(f"package --triton (Triton's {chosen['backend']} backend)", ("ort", "trt"))
-    max_batch_size = _max_batch_size(max_batch, engine)
-
-    with tempfile.TemporaryDirectory(prefix="deploytk-package-") as scratch:
-        ir = validation = None
+    with claim_directory(repository / model_name, TRITON_MODEL, option="--triton/--name", force=force) as target:
+        inputs, outputs = _io_specs(artifact)
+        engine = _engine_record(artifact) if runtime in (None, _TENSORRT["backend"]) else None
+        if runtime == _TENSORRT["backend"] and engine is None:
+            raise DeploytkError(
+                f"--runtime {runtime}: {artifact.directory} has no TensorRT engine.", hint=f"Build one with `deploytk build {directory}`."
+            )
+        chosen = TRITON_RUNTIMES[runtime] if runtime else (_TENSORRT if engine else _ONNX_RUNTIME)
         if chosen is _OPENVINO:
-            ir, validation = _validated_ir(artifact, Path(scratch) / _OPENVINO["file"], images, progress)
-        sources = {chosen["file"]: ir or (artifact.directory / ENGINE_FILE if engine else artifact.onnx_path)}
-        if ir is not None:
-            sources[_OPENVINO["weights"]] = ir.with_suffix(".bin")
-        data = artifact.manifest["onnx"].get("external_data")
-        if data and chosen is _ONNX_RUNTIME:  # the weights of a model past protobuf's 2 GiB limit, beside it under the name it references
-            sources[data["file"]] = artifact.directory / data["file"]
-        config = config_pbtxt(model_name, chosen, max_batch_size, inputs, outputs, gpu=engine is not None)
-        readme = _readme(artifact, model_name, chosen, max_batch_size, inputs, outputs, engine)
-        progress.step(f"writing {target.path}")
-        with target.write() as tmp:  # a repository made for this model goes again if the write fails
-            (tmp / VERSION_DIR).mkdir()
-            for file, source in sources.items():
-                shutil.copyfile(source, tmp / VERSION_DIR / file)
-            (tmp / CONFIG_FILE).write_text(config)
-            (tmp / README_FILE).write_text(readme)
-    return {
-        "repository": str(repository),
-        "name": model_name,
-        "model_dir": str(target.path),
-        "artifact": str(artifact.directory),
-        "backend": chosen["backend"],
-        "platform": chosen["platform"],
-        "model_file": f"{VERSION_DIR}/{chosen['file']}",
-        # what the model file is: a copy of this file, or (the IR) written from it
-        "source": str(artifact.ir_path or artifact.inlined_path or artifact.onnx_path) if ir else str(sources[chosen["file"]]),
-        "max_batch_size": max_batch_size,
-        "dynamic_batching": {"max_queue_delay_microseconds": QUEUE_DELAY_US},
-        "inputs": [t.to_dict() for t in inputs],
-        "outputs": [t.to_dict() for t in outputs],
-        "tensorrt": engine["tensorrt"] if engine else None,
-        "engine_profile": engine["build"]["batch"] if engine else None,
-        "gpu": engine.get("gpu") if engine else None,
-        "compute_capability": engine.get("compute_capability") if engine else None,
-        "files": [CONFIG_FILE, *(f"{VERSION_DIR}/{f}" for f in sources), README_FILE],
-        "validation": validation,
-    }
+            artifact.require_runtime("package --runtime openvino (Triton's openvino backend)", ("openvino",))
+        else:  # an int8 OpenVINO IR is not model.onnx
+            artifact.require_runtime(f"package --triton (Triton's {chosen['backend']} backend)", ("ort", "trt"))
+        max_batch_size = _max_batch_size(max_batch, engine)
+
+        with tempfile.TemporaryDirectory(prefix="deploytk-package-") as scratch:
+            ir = validation = None
+            if chosen is _OPENVINO:
+                ir, validation = _validated_ir(artifact, Path(scratch) / _OPENVINO["file"], images, progress)
+            sources = {chosen["file"]: ir or (artifact.directory / ENGINE_FILE if engine else artifact.onnx_path)}
+            if ir is not None:
+                sources[_OPENVINO["weights"]] = ir.with_suffix(".bin")
+            data = artifact.manifest["onnx"].get("external_data")
+            if (
+                data and chosen is _ONNX_RUNTIME
+            ):  # the weights of a model past protobuf's 2 GiB limit, beside it under the name it references
+                sources[data["file"]] = artifact.directory / data["file"]
+            config = config_pbtxt(model_name, chosen, max_batch_size, inputs, outputs, gpu=engine is not None)
+            readme = _readme(artifact, model_name, chosen, max_batch_size, inputs, outputs, engine)
+            progress.step(f"writing {target.path}")
+            with target.write() as tmp:  # a repository made for this model goes again if the write fails
+                (tmp / VERSION_DIR).mkdir()
+                for file, source in sources.items():
+                    shutil.copyfile(source, tmp / VERSION_DIR / file)
+                (tmp / CONFIG_FILE).write_text(config)
+                (tmp / README_FILE).write_text(readme)
+        return {
+            "repository": str(repository),
+            "name": model_name,
+            "model_dir": str(target.path),
+            "artifact": str(artifact.directory),
+            "backend": chosen["backend"],
+            "platform": chosen["platform"],
+            "model_file": f"{VERSION_DIR}/{chosen['file']}",
+            # what the model file is: a copy of this file, or (the IR) written from it
+            "source": str(artifact.ir_path or artifact.inlined_path or artifact.onnx_path) if ir else str(sources[chosen["file"]]),
+            "max_batch_size": max_batch_size,
+            "dynamic_batching": {"max_queue_delay_microseconds": QUEUE_DELAY_US},
+            "inputs": [t.to_dict() for t in inputs],
+            "outputs": [t.to_dict() for t in outputs],
+            "tensorrt": engine["tensorrt"] if engine else None,
+            "engine_profile": engine["build"]["batch"] if engine else None,
+            "gpu": engine.get("gpu") if engine else None,
+            "compute_capability": engine.get("compute_capability") if engine else None,
+            "files": [CONFIG_FILE, *(f"{VERSION_DIR}/{f}" for f in sources), README_FILE],
+            "validation": validation,
+        }
 
 
 def _validated_ir(artifact: Artifact, xml: Path, images: Path | None, progress: Progress) -> tuple[Path, dict]:

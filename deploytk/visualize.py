@@ -173,32 +173,32 @@ def visualize(
     (a PNG, atomically) and return a summary (layers, tokens left, output, backend). See the module doc."""
     if colors not in COLORS:
         raise DeploytkError(f"--colors {colors!r}: allowed {', '.join(COLORS)}.")
-    picture_out = claim_file(Path(output), "deploytk visualize")
-    if picture_out.path.suffix.lower() != ".png":
-        raise DeploytkError(f"--output {output}: visualize writes a PNG; give a file name ending in .png.")
-    requested = parse_layers(layers)
-    require_matplotlib()
-    traced = trace(cfg, image, backend=backend, artifacts=artifacts, layers=requested, config_name=config_name, progress=progress)
-    sources = traced.sources
-    chosen = choose_layers(requested, sources)
-    progress.step("drawing")
-    panels, titles, caption = picture(traced, chosen, colors)
-    width, height = save_figure(panels, titles, caption, picture_out)
-    method = cfg.merge.reduction
-    return {
-        "config": config_name,
-        "image": str(image),
-        "output": str(output),
-        "png_size": [width, height],
-        "backend": backend,
-        "artifacts": str(artifacts) if artifacts is not None else None,
-        "method": method.name,
-        "kind": method.kind,
-        "patches": sources.grid[0] * sources.grid[1],
-        "protected_tokens": sources.protected,
-        "tokens_per_block": [sources.tokens(b) for b in range(sources.depth)],
-        "reducing_blocks": sources.reducing_blocks,
-        "layers": [sources.summary(b) for b in chosen],
-        "colors": colors,
-        "caption": caption,
-    }
+    with claim_file(Path(output), "deploytk visualize") as picture_out:
+        if picture_out.path.suffix.lower() != ".png":
+            raise DeploytkError(f"--output {output}: visualize writes a PNG; give a file name ending in .png.")
+        requested = parse_layers(layers)
+        require_matplotlib()
+        traced = trace(cfg, image, backend=backend, artifacts=artifacts, layers=requested, config_name=config_name, progress=progress)
+        sources = traced.sources
+        chosen = choose_layers(requested, sources)
+        progress.step("drawing")
+        panels, titles, caption = picture(traced, chosen, colors)
+        width, height = save_figure(panels, titles, caption, picture_out)
+        method = cfg.merge.reduction
+        return {
+            "config": config_name,
+            "image": str(image),
+            "output": str(output),
+            "png_size": [width, height],
+            "backend": backend,
+            "artifacts": str(artifacts) if artifacts is not None else None,
+            "method": method.name,
+            "kind": method.kind,
+            "patches": sources.grid[0] * sources.grid[1],
+            "protected_tokens": sources.protected,
+            "tokens_per_block": [sources.tokens(b) for b in range(sources.depth)],
+            "reducing_blocks": sources.reducing_blocks,
+            "layers": [sources.summary(b) for b in chosen],
+            "colors": colors,
+            "caption": caption,
+        }

@@ -232,30 +232,30 @@ def compile_all(
 ) -> dict:
     """Write ``<label>.ptx`` for every variant plus ``kernels.json``; all or nothing (``output`` claimed first, deploytk.files)."""
     check_arch(arch)
-    target = claim_directory(Path(output), KERNEL_SET, force=force)
-    variants = variants if variants is not None else standard_variants()
-    records = []
-    with target.write() as tmp:
-        for v in variants:
-            progress.step(f"compiling {v.label} for {arch}")
-            k = compile_variant(v, arch)
-            (tmp / f"{v.label}.ptx").write_text(k.ptx)
-            records.append(
-                {
-                    "op": v.op,
-                    "dtype": v.dtype,
-                    "constexprs": v.constexprs,
-                    "file": f"{v.label}.ptx",
-                    "kernel_name": k.kernel_name,
-                    "num_warps": k.num_warps,
-                    "num_stages": k.num_stages,
-                    "block_x": k.num_warps * 32,
-                    "shared_mem": k.shared_mem,
-                    "arch": arch,
-                    "ptx_isa": ptx_isa(k.ptx),
-                    "ptx_sha256": hashlib.sha256(k.ptx.encode()).hexdigest(),
-                }
-            )
-        index = {"arch": arch, "kernels": records}
-        (tmp / KERNELS_INDEX).write_text(json.dumps(index, indent=2) + "\n")
-    return index
+    with claim_directory(Path(output), KERNEL_SET, force=force) as target:
+        variants = variants if variants is not None else standard_variants()
+        records = []
+        with target.write() as tmp:
+            for v in variants:
+                progress.step(f"compiling {v.label} for {arch}")
+                k = compile_variant(v, arch)
+                (tmp / f"{v.label}.ptx").write_text(k.ptx)
+                records.append(
+                    {
+                        "op": v.op,
+                        "dtype": v.dtype,
+                        "constexprs": v.constexprs,
+                        "file": f"{v.label}.ptx",
+                        "kernel_name": k.kernel_name,
+                        "num_warps": k.num_warps,
+                        "num_stages": k.num_stages,
+                        "block_x": k.num_warps * 32,
+                        "shared_mem": k.shared_mem,
+                        "arch": arch,
+                        "ptx_isa": ptx_isa(k.ptx),
+                        "ptx_sha256": hashlib.sha256(k.ptx.encode()).hexdigest(),
+                    }
+                )
+            index = {"arch": arch, "kernels": records}
+            (tmp / KERNELS_INDEX).write_text(json.dumps(index, indent=2) + "\n")
+        return index

@@ -47,12 +47,26 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_trt)
 
 
+def _shared_temp(tmp_path_factory):
+    """This run's folder both xdist workers see (pytest's base temp of the worker's parent), else the base temp."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session", autouse=True)
+def deploytk_cache(tmp_path_factory):
+    """deploytk's cache folder (dense baselines) for this run, shared by the workers and by the CLI runs tests start:
+    never the user's ~/.cache, and empty at the start of every run."""
+    folder = _shared_temp(tmp_path_factory) / "deploytk-cache"
+    os.environ["DEPLOYTK_CACHE"] = str(folder)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def exported(tmp_path_factory) -> ExportCache:
     """The shared exports: ``exported("digits_vit_tome_r4", precision="bf16")`` -> the export's folder, made once per run
     (both xdist workers share the cache); ``exported.copy(stem, dest)`` for a test that changes files."""
-    base = tmp_path_factory.getbasetemp()
-    cache = ExportCache((base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared-exports")
+    cache = ExportCache(_shared_temp(tmp_path_factory) / "shared-exports")
     yield cache
     changed = cache.changed()
     assert not changed, f"tests wrote into the shared exports {changed}: a test that changes files takes exported.copy(...)"

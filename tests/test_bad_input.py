@@ -140,8 +140,10 @@ def test_tensorrt_commands_fail_cleanly_without_tensorrt(tmp_path):
 
     if tensorrt_version() is not None:
         pytest.skip("TensorRT is installed here")
+    from deploytk.export.artifacts import MANIFEST_FORMAT, write_manifest
+
     (tmp_path / "model.onnx").write_bytes(b"")
-    (tmp_path / "manifest.json").write_text("{}")
+    write_manifest(tmp_path, {"format": MANIFEST_FORMAT})  # an artifact that passes the manifest's own checks
     result = runner.invoke(app, ["build", str(tmp_path)])
     assert result.exit_code == 2
     assert "needs TensorRT, which is not installed" in result.output

@@ -32,7 +32,7 @@ import onnx
 from deploytk.backends.base import Backend, LoadedModel, host_timer, seeded_batch
 from deploytk.errors import DeploytkError
 from deploytk.export.artifacts import Artifact
-from deploytk.export.baseline import baseline_onnx, baseline_path
+from deploytk.export.baseline import baseline_onnx, quantized_baseline_path, verified_quantized_baseline
 from deploytk.export.inline import inline_deploytk_functions
 from deploytk.export.onnx_io import runnable
 from deploytk.ops import MATCHING_OPS
@@ -144,13 +144,7 @@ class OpenVinoModel(LoadedModel):
 
 def dense_ir(artifact: Artifact) -> Path:
     """The int8 dense baseline `deploytk quantize --runtime openvino` wrote beside the model (DIR/.baseline/dense-<sha>.xml)."""
-    path = baseline_path(artifact).with_suffix(".xml")
-    if not path.is_file() or not path.with_suffix(".bin").is_file():
-        raise DeploytkError(
-            f"{path} is missing: the int8 dense baseline of {artifact.directory} was removed.",
-            hint="Re-run `deploytk quantize` to regenerate the artifact.",
-        )
-    return path
+    return verified_quantized_baseline(artifact, quantized_baseline_path(artifact).with_suffix(".xml"))
 
 
 class OpenVinoBackend(Backend):

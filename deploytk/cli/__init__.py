@@ -1,7 +1,7 @@
 """deploytk: deploy token-reducing Vision Transformers to ONNX Runtime and TensorRT.
 
 Commands: export | quantize | validate | profile | tune | inspect | visualize | methods | calibrate | eval | build | package | selftest
-| plugins compile | doctor. Each parses its options, calls one library function and prints the
+| plugins compile | doctor | clean. Each parses its options, calls one library function and prints the
 result (``render``). Every command exits 0 on success; a DeploytkError prints one paragraph to stderr and exits
 2 (validate and selftest exit 1 when their check fails). ``--json`` prints exactly one JSON
 object on stdout and nothing else there; progress goes to stderr.
@@ -29,6 +29,7 @@ from deploytk.errors import DeploytkError
 from deploytk.evaluate.accuracy import evaluate, scan_image_folder
 from deploytk.export.pipeline import run_export
 from deploytk.families import describe_families
+from deploytk.files import stale_entries
 from deploytk.methods import describe_methods
 from deploytk.ops.selftest import run_selftest
 from deploytk.package import DEFAULT_ONNX_MAX_BATCH, package_triton
@@ -486,6 +487,23 @@ def doctor(json_out: bool = JSON):
         render.doctor(report)
 
 
+@app.command()
+@handle_errors
+def clean(
+    path: Path = typer.Argument(..., help="A folder outputs were written into (searched with its subfolders)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List what is stale; remove nothing."),
+    json_out: bool = JSON,
+):
+    """Remove what killed deploytk runs left under PATH: .NAME.tmp-* / .NAME.old-* temporaries and lock files whose
+    writer is gone (a live writer's are listed as in use and never touched). Nothing else is removed."""
+    entries = stale_entries(path, remove=not dry_run)
+    report = {"path": str(path), "removed": not dry_run, "entries": entries}
+    if json_out:
+        emit_json(report)
+    else:
+        render.clean(report)
+
+
 def _terminated(signum, frame):
     raise KeyboardInterrupt  # a kill (SIGTERM) cleans up like Ctrl-C: temporary folders go, nothing half-written stays
 
@@ -495,6 +513,7 @@ def main():  # console-script entry point
     # DeprecationWarnings raised outside __main__; none of the commands emits another with the pinned versions
     # (tests/test_hostile_inputs.py holds deploytk's own code to that).
     signal.signal(signal.SIGTERM, _terminated)
+    render.show_notices()
     app()
 
 

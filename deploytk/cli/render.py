@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 from pathlib import Path
 
 import typer
@@ -14,6 +15,7 @@ from rich.table import Table
 
 from deploytk import progress as library_progress
 from deploytk.backends import BACKENDS
+from deploytk.errors import DeploytkNotice
 from deploytk.visualize import REFERENCE
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -28,6 +30,21 @@ def fail(message: str, code: int = 2):
 def note(message: str) -> None:
     """A line on stderr the user should see whatever the output format (stdout stays one JSON object with --json)."""
     err_console.print(f"[dim]note:[/] {escape(message)}")
+
+
+def show_notices() -> None:
+    """The library's ``DeploytkNotice`` warnings (a killed run's temporaries removed, a cache entry rebuilt) as ``note:``
+    lines; every other warning is shown as Python shows it."""
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, DeploytkNotice):
+            note(str(message))
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    warnings.simplefilter("always", DeploytkNotice)  # each one is news, not a repeat to fold
 
 
 def emit_json(obj: dict) -> None:
@@ -446,6 +463,21 @@ def doctor(report: dict) -> None:
         table.add_row("OpenVINO", f"[yellow]absent[/]: {report['openvino_hint']}")
     doctor_extras(table, report)
     out_console.print(table)
+
+
+def clean(report: dict) -> None:
+    entries = report["entries"]
+    if not entries:
+        out_console.print(f"nothing stale under {escape(report['path'])}")
+        return
+    table = Table(title=f"left by interrupted deploytk runs under {escape(report['path'])}")
+    for column in ("entry", "kind", "MB", "state"):
+        table.add_column(column)
+    for e in entries:
+        table.add_row(escape(e["path"]), e["kind"], f"{e['bytes'] / 1e6:.1f}", escape(e["state"]))
+    out_console.print(table)
+    if not report["removed"] and any(e["state"] == "stale" for e in entries):
+        out_console.print(f"remove them with: deploytk clean {escape(report['path'])}")
 
 
 def package(report: dict, json_out: bool) -> None:

@@ -69,26 +69,26 @@ def write_digits_imagefolder(root: Path, img_size: int = 32, force: bool = False
     root = Path(root)
     if not isinstance(img_size, int) or img_size < 8:
         raise DeploytkError(f"img_size = {img_size!r}: must be an int >= 8 (the digits are 8x8).")
-    target = claim_directory(root, DIGITS_TREE, option="digits root", force=force)
-    images, labels, train, val = digits_split()
-    counts: dict[str, dict[str, int]] = {}
-    with target.write() as tmp:
-        for split, indices in (("train", train), ("val", val)):
-            counts[split] = {str(d): 0 for d in range(10)}
-            for d in range(10):
-                (tmp / split / str(d)).mkdir(parents=True)
-            for i in indices:
-                label = str(int(labels[i]))
-                digit_to_image(images[i], img_size).save(tmp / _image_path(split, int(label), int(i)))
-                counts[split][label] += 1
-        info = {
-            "source": "sklearn.datasets.load_digits",
-            "img_size": img_size,
-            "split": {"test_size": VAL_FRACTION, "random_state": SPLIT_SEED, "stratify": "label"},
-            "train": counts["train"],
-            "val": counts["val"],
-            "num_train": int(len(train)),
-            "num_val": int(len(val)),
-        }
-        (tmp / MARKER).write_text(json.dumps(info, indent=2) + "\n")
-    return {"root": str(root), **info}
+    with claim_directory(root, DIGITS_TREE, option="digits root", force=force) as target:
+        images, labels, train, val = digits_split()
+        counts: dict[str, dict[str, int]] = {}
+        with target.write() as tmp:
+            for split, indices in (("train", train), ("val", val)):
+                counts[split] = {str(d): 0 for d in range(10)}
+                for d in range(10):
+                    (tmp / split / str(d)).mkdir(parents=True)
+                for i in indices:
+                    label = str(int(labels[i]))
+                    digit_to_image(images[i], img_size).save(tmp / _image_path(split, int(label), int(i)))
+                    counts[split][label] += 1
+            info = {
+                "source": "sklearn.datasets.load_digits",
+                "img_size": img_size,
+                "split": {"test_size": VAL_FRACTION, "random_state": SPLIT_SEED, "stratify": "label"},
+                "train": counts["train"],
+                "val": counts["val"],
+                "num_train": int(len(train)),
+                "num_val": int(len(val)),
+            }
+            (tmp / MARKER).write_text(json.dumps(info, indent=2) + "\n")
+        return {"root": str(root), **info}

@@ -3,6 +3,7 @@ and to trust the ONNX file) of one export, opened and checked once."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from functools import cached_property
@@ -67,12 +68,46 @@ def require_artifact_dir(directory: Path) -> Path:
     return directory
 
 
+#: the manifest's seal: the sha256 of its own content without this key (``seal``), checked by every read
+SEAL_KEY = "content_sha256"
+
+
+def _content_sha256(manifest: dict) -> str:
+    body = {k: v for k, v in manifest.items() if k != SEAL_KEY}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()).hexdigest()
+
+
+def seal(manifest: dict) -> dict:
+    """``manifest`` with its seal: a manifest edited by hand (a schedule, a flag) no longer matches the graph it
+    describes, and every command refuses it before any work instead of failing deep inside a runtime."""
+    return {**{k: v for k, v in manifest.items() if k != SEAL_KEY}, SEAL_KEY: _content_sha256(manifest)}
+
+
+def write_manifest(folder: Path, manifest: dict) -> dict:
+    """Write ``folder``/manifest.json sealed; returns what was written."""
+    sealed = seal(manifest)
+    (Path(folder) / MANIFEST_FILE).write_text(json.dumps(sealed, indent=2) + "\n")
+    return sealed
+
+
 def read_manifest(directory: Path, verify_model: bool = True) -> dict:
     path = Path(directory) / MANIFEST_FILE
     try:
         manifest = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise DeploytkError(f"{path} could not be read as JSON ({err}).", hint="Re-run `deploytk export`.") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
+        raise DeploytkError(f"{path} is not a deploytk manifest (no `format: {MANIFEST_FORMAT}`).", hint="Re-run `deploytk export`.")
+    if manifest.get(SEAL_KEY) != _content_sha256(manifest):
+        state = (
+            "has no seal (written by an older deploytk, or rewritten)" if SEAL_KEY not in manifest else "was edited after deploytk wrote it"
+        )
+        raise DeploytkError(
+            f"{path} {state}: its content no longer matches its {SEAL_KEY}, so nothing it says (the schedule, the "
+            "method's settings, the files' hashes) can be trusted to describe model.onnx; it was refused before any work.",
+            hint="Re-run `deploytk export` (or `deploytk quantize`) to regenerate the artifact; to change a setting, "
+            "change the config and export again.",
+        )
     if verify_model:
         record = manifest.get("onnx", {})
         files = [(MODEL_FILE, record.get("sha256"))]

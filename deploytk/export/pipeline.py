@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import onnx
 from deploytk.analysis.inspect import flops_summary, img_size_of, method_summary, output_summary, schedule_summary
 from deploytk.config import DeployConfig, config_to_dict
 from deploytk.errors import DeploytkError
-from deploytk.export.artifacts import EXPORT, INLINED_MODEL_FILE, MANIFEST_FILE, MANIFEST_FORMAT, MODEL_FILE
+from deploytk.export.artifacts import EXPORT, INLINED_MODEL_FILE, MANIFEST_FORMAT, MODEL_FILE, write_manifest
 from deploytk.export.inline import inline_deploytk_functions
 from deploytk.export.manifest import now_utc, package_versions, sha256_file
 from deploytk.export.onnx_export import INPUT_NAME, IR_VERSION, custom_op_counts, export_model
@@ -52,59 +51,59 @@ def run_export(cfg: DeployConfig, output: Path, progress: Progress = SILENT, fmt
     """
     if fmt not in FORMATS:
         raise DeploytkError(f"--format {fmt!r} is not one of {', '.join(FORMATS)}.")
-    target = claim_directory(output, EXPORT, force=force)
-    progress.step("building the PyTorch reference")
-    model = build_reference(cfg)
-    progress.step("counting FLOPs")
-    flops = flops_summary(model)
-    if cfg.export.precision != "fp32":
-        progress.step(f"casting to {cfg.export.precision} (norms, softmax, sizes, matching in fp32)")
-        to_precision(model, cfg.export.precision)
-    img = img_size_of(model)
-    family = model.family
-    with target.write() as tmp:
-        progress.step("exporting to ONNX (torch.onnx, dynamo)")
-        t0 = time.perf_counter()
-        proto = export_model(model, img, cfg.export.batch_size, cfg.export.opset, tmp / MODEL_FILE)
-        seconds = time.perf_counter() - t0
-        counts = custom_op_counts(proto)
-        inlined = None
-        if fmt == "onnx-inlined":
-            progress.step("writing the inlined copy (standard ONNX ops only)")
-            inlined_data = save_onnx(inline_deploytk_functions(proto), tmp / INLINED_MODEL_FILE)
-            inlined = {"file": INLINED_MODEL_FILE, "sha256": sha256_file(tmp / INLINED_MODEL_FILE), **external_data(tmp, inlined_data)}
-        progress.step("writing manifest")
-        manifest = {
-            "format": MANIFEST_FORMAT,
-            "created": now_utc(),
-            "config": config_to_dict(cfg) | {"checkpoint": str(Path(cfg.checkpoint).resolve()) if cfg.checkpoint else None},
-            "model": {
-                "name": cfg.model,
-                "family": family.name,
-                "class": type(model.vit).__name__,
-                "img_size": list(img),
-                "num_classes": family.num_classes,
-                "blocks": family.depth,
-                "checkpoint_sha256": sha256_file(Path(cfg.checkpoint)) if cfg.checkpoint else None,
-            },
-            "schedule": schedule_summary(model),
-            "method": method_summary(cfg),
-            **flops,
-            "inputs": [{"name": INPUT_NAME, "dtype": "float32", "shape": ["batch", 3, *img]}],
-            "outputs": output_records(proto, model.output_kind),
-            "output": output_summary(model),
-            "custom_ops": counts,
-            "onnx": {
-                "file": MODEL_FILE,
-                "sha256": sha256_file(tmp / MODEL_FILE),
-                **external_data(tmp, data_file_name(MODEL_FILE) if (tmp / data_file_name(MODEL_FILE)).is_file() else None),
-                "ir_version": IR_VERSION,
-                "opset": cfg.export.opset,
-                "precision": cfg.export.precision,
-                "export_seconds": round(seconds, 2),
-            },
-            "onnx_inlined": inlined,
-            "versions": package_versions(),
-        }
-        (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
-    return manifest
+    with claim_directory(output, EXPORT, force=force) as target:
+        progress.step("building the PyTorch reference")
+        model = build_reference(cfg)
+        progress.step("counting FLOPs")
+        flops = flops_summary(model)
+        if cfg.export.precision != "fp32":
+            progress.step(f"casting to {cfg.export.precision} (norms, softmax, sizes, matching in fp32)")
+            to_precision(model, cfg.export.precision)
+        img = img_size_of(model)
+        family = model.family
+        with target.write() as tmp:
+            progress.step("exporting to ONNX (torch.onnx, dynamo)")
+            t0 = time.perf_counter()
+            proto = export_model(model, img, cfg.export.batch_size, cfg.export.opset, tmp / MODEL_FILE)
+            seconds = time.perf_counter() - t0
+            counts = custom_op_counts(proto)
+            inlined = None
+            if fmt == "onnx-inlined":
+                progress.step("writing the inlined copy (standard ONNX ops only)")
+                inlined_data = save_onnx(inline_deploytk_functions(proto), tmp / INLINED_MODEL_FILE)
+                inlined = {"file": INLINED_MODEL_FILE, "sha256": sha256_file(tmp / INLINED_MODEL_FILE), **external_data(tmp, inlined_data)}
+            progress.step("writing manifest")
+            manifest = {
+                "format": MANIFEST_FORMAT,
+                "created": now_utc(),
+                "config": config_to_dict(cfg) | {"checkpoint": str(Path(cfg.checkpoint).resolve()) if cfg.checkpoint else None},
+                "model": {
+                    "name": cfg.model,
+                    "family": family.name,
+                    "class": type(model.vit).__name__,
+                    "img_size": list(img),
+                    "num_classes": family.num_classes,
+                    "blocks": family.depth,
+                    "checkpoint_sha256": sha256_file(Path(cfg.checkpoint)) if cfg.checkpoint else None,
+                },
+                "schedule": schedule_summary(model),
+                "method": method_summary(cfg),
+                **flops,
+                "inputs": [{"name": INPUT_NAME, "dtype": "float32", "shape": ["batch", 3, *img]}],
+                "outputs": output_records(proto, model.output_kind),
+                "output": output_summary(model),
+                "custom_ops": counts,
+                "onnx": {
+                    "file": MODEL_FILE,
+                    "sha256": sha256_file(tmp / MODEL_FILE),
+                    **external_data(tmp, data_file_name(MODEL_FILE) if (tmp / data_file_name(MODEL_FILE)).is_file() else None),
+                    "ir_version": IR_VERSION,
+                    "opset": cfg.export.opset,
+                    "precision": cfg.export.precision,
+                    "export_seconds": round(seconds, 2),
+                },
+                "onnx_inlined": inlined,
+                "versions": package_versions(),
+            }
+            manifest = write_manifest(tmp, manifest)
+        return manifest

@@ -19,7 +19,7 @@ import numpy as np
 
 from deploytk.data import folder_batches, synthetic_batches
 from deploytk.errors import DeploytkError
-from deploytk.export.artifacts import BASELINE_DIR, EXPORT, MANIFEST_FILE, MODEL_FILE, Artifact
+from deploytk.export.artifacts import BASELINE_DIR, EXPORT, MANIFEST_FILE, MODEL_FILE, Artifact, write_manifest
 from deploytk.export.baseline import baseline_onnx
 from deploytk.export.manifest import now_utc, package_versions, sha256_file
 from deploytk.files import claim_directory
@@ -127,19 +127,19 @@ def run_quantize(
     output = Path(output) if output is not None else default_output(source.directory, runtime)
     if output.resolve() == source.directory.resolve():
         raise DeploytkError(f"--output {output} is the source artifact itself.", hint="Write the int8 artifact to a new folder.")
-    target = claim_directory(output, EXPORT, force=force)
-    batches, calibration = calibration_batches(source, data, synthetic, num_images)
-    progress.step("exporting the unmerged baseline (cached after the first run)")
-    dense = baseline_onnx(source)
-    started = time.perf_counter()
-    with target.write() as tmp:
-        (tmp / BASELINE_DIR).mkdir()
-        progress.step(f"{quantizer.tool()}: quantizing the merged graph and the dense baseline on {calibration['images']} images")
-        summary = quantizer.quantize(source, dense, tmp, batches, keep_choices_fp32)
-        manifest = quantized_manifest(source, tmp, quantizer, calibration, summary)
-        manifest["quantization"]["seconds"] = round(time.perf_counter() - started, 1)
-        (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
-    return manifest
+    with claim_directory(output, EXPORT, force=force) as target:
+        batches, calibration = calibration_batches(source, data, synthetic, num_images)
+        progress.step("exporting the unmerged baseline (cached after the first run)")
+        dense = baseline_onnx(source)
+        started = time.perf_counter()
+        with target.write() as tmp:
+            (tmp / BASELINE_DIR).mkdir()
+            progress.step(f"{quantizer.tool()}: quantizing the merged graph and the dense baseline on {calibration['images']} images")
+            summary = quantizer.quantize(source, dense, tmp, batches, keep_choices_fp32)
+            manifest = quantized_manifest(source, tmp, quantizer, calibration, summary)
+            manifest["quantization"]["seconds"] = round(time.perf_counter() - started, 1)
+            manifest = write_manifest(tmp, manifest)
+        return manifest
 
 
 def quantized_manifest(source: Artifact, folder: Path, quantizer: Quantizer, calibration: dict, summary: dict) -> dict:
@@ -166,6 +166,9 @@ def quantized_manifest(source: Artifact, folder: Path, quantizer: Quantizer, cal
             "onnx_sha256": source.manifest["onnx"]["sha256"],
         },
         "dense_baseline": "the source's dense baseline, quantized with the same data and rules (.baseline/)",
+        "dense_baseline_files": {
+            p.relative_to(folder).as_posix(): sha256_file(p) for p in sorted((folder / BASELINE_DIR).rglob("*")) if p.is_file()
+        },
     }
     manifest["versions"] = package_versions() | {"nncf": nncf_version()}
     return manifest

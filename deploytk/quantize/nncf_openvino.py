@@ -23,7 +23,7 @@ import onnx
 from deploytk.backends.openvino_backend import fake_quantized_choices, stable_topk
 from deploytk.errors import DeploytkError
 from deploytk.export.artifacts import BASELINE_DIR, IR_FILE, IR_WEIGHTS_FILE, MODEL_FILE, Artifact
-from deploytk.export.baseline import baseline_path
+from deploytk.export.baseline import quantized_baseline_path
 from deploytk.export.inline import inline_deploytk_functions
 from deploytk.export.manifest import sha256_file
 from deploytk.export.onnx_io import runnable
@@ -130,7 +130,7 @@ class NncfQuantizer(Quantizer):
     def quantize(self, source: Artifact, dense: Path, folder: Path, batches: list[np.ndarray], keep_choices_fp32: bool = True) -> dict:
         shutil.copyfile(source.onnx_path, folder / MODEL_FILE)
         summary = quantize_openvino(source.onnx_path, folder / IR_FILE, batches, keep_choices_fp32)
-        quantize_openvino(dense, folder / BASELINE_DIR / baseline_path(source).with_suffix(".xml").name, batches)
+        quantize_openvino(dense, folder / BASELINE_DIR / quantized_baseline_path(source).with_suffix(".xml").name, batches)
         weights = {"file": IR_WEIGHTS_FILE, "sha256": sha256_file(folder / IR_WEIGHTS_FILE)}
         return summary | {
             "manifest": {

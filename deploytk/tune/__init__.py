@@ -21,6 +21,7 @@ The parts: ``candidates`` (planning), ``search`` (bisection), ``measure`` (expor
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 from datetime import datetime, timezone
@@ -86,56 +87,59 @@ def tune(
         )
     backend = get_backend(backend) if isinstance(backend, str) else backend
     folder = scan_image_folder(data, limit) if data is not None else None
-    output = claim_yaml(Path(output) if output else config.with_name(f"{config.stem}_tuned.yaml"), "deploytk tune")
-    report_out, plot_out = (claim_file(output.path.with_suffix(suffix), "deploytk tune") for suffix in (".json", ".png"))
-    cache = Path(cache) if cache else Path("artifacts") / "tune" / config.stem
-    calibration = None
-    if cfg.merge.reduction.calibrated:
-        progress.step("loading the calibration images")
-        family = create_model(cfg.model_copy(update={"checkpoint": None, "pretrained": False}))  # its input size, its transform
-        if data is not None:
-            calibration = (folder_batches(data, 64, 16, family.eval_transform()), f"images: {data}")
-        else:
-            calibration = (synthetic_batches(64, 16, family.img_size), "synthetic: 64 seeded standard-normal images")
-    candidates = candidates_for(cfg, inflections, calibration, progress)
-    if not candidates:
-        raise DeploytkError(f"{config}: no schedule of {cfg.merge.method} reduces any token on {cfg.model}; nothing to tune.")
-    measure = Measure(candidates, cache, backend, batch, warmup, iterations, percentile, folder, progress)
-    search = Search(candidates, budget_ms, measure)
-    outcome = search.run()
-    if outcome == "ok" and folder is not None:
-        search.measure_the_rest_within()
-    report = build_report(config, cfg, search, backend, batch, percentile, folder, measure.device)
-    if outcome == "ok":
-        chosen = report["chosen"]
-        tuned = {
-            "budget_ms": budget_ms,
-            "percentile": percentile,
-            "batch": batch,
-            "backend": backend.name,
-            "device": measure.device,
-            "measured_ms": chosen["latency_ms"],
-            "dense_ms": report["dense_latency_ms"],
-            "knob": {k: chosen[k] for k in ("r", "inflection", "keep_rate", "quantile", "preset", "paper_gflops") if k in chosen},
-            "top1": chosen["top1"],
-            "data": str(data) if data else None,
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        }
-        new = next(c for c in candidates if c.label == chosen["label"]).data
-        new = json.loads(json.dumps(new))
-        new["merge"]["options"]["tuned"] = tuned
-        config_from_dict(new, "(tuned config)")  # must load back
-        header = f"# Tuned by `deploytk tune {config} --budget-ms {budget_ms:g}` ({backend.name}, batch {batch}, {percentile}).\n"
-        output.write_yaml(header + yaml.safe_dump(portable(new, output.path), sort_keys=False))
-        report["output"] = str(output.path)
-    report["report"] = str(report_out.path)
-    report["command"] = shlex.join(  # what reproduces this run (every option spelled out, defaults included)
-        ["deploytk", "tune", str(config), "--budget-ms", f"{budget_ms:g}", "--batch", str(batch), "--backend", backend.name]
-        + ["--percentile", percentile, "--warmup", str(warmup), "--iterations", str(iterations)]
-        + (["--data", str(data), "--limit", str(limit)] if data is not None else [])
-        + (["--inflections", ",".join(f"{v:g}" for v in inflections)] if inflections else [])
-        + ["--output", str(output.path), "--cache", str(cache)]
-    )
-    report["plot"] = plot(report, plot_out)
-    report_out.write_json(report)
-    return report
+    with contextlib.ExitStack() as claims:  # each claim holds its file's lock until written or given up
+        output = claims.enter_context(
+            claim_yaml(Path(output) if output else config.with_name(f"{config.stem}_tuned.yaml"), "deploytk tune")
+        )
+        report_out, plot_out = (claims.enter_context(claim_file(output.path.with_suffix(s), "deploytk tune")) for s in (".json", ".png"))
+        cache = Path(cache) if cache else Path("artifacts") / "tune" / config.stem
+        calibration = None
+        if cfg.merge.reduction.calibrated:
+            progress.step("loading the calibration images")
+            family = create_model(cfg.model_copy(update={"checkpoint": None, "pretrained": False}))  # its input size, its transform
+            if data is not None:
+                calibration = (folder_batches(data, 64, 16, family.eval_transform()), f"images: {data}")
+            else:
+                calibration = (synthetic_batches(64, 16, family.img_size), "synthetic: 64 seeded standard-normal images")
+        candidates = candidates_for(cfg, inflections, calibration, progress)
+        if not candidates:
+            raise DeploytkError(f"{config}: no schedule of {cfg.merge.method} reduces any token on {cfg.model}; nothing to tune.")
+        measure = Measure(candidates, cache, backend, batch, warmup, iterations, percentile, folder, progress)
+        search = Search(candidates, budget_ms, measure)
+        outcome = search.run()
+        if outcome == "ok" and folder is not None:
+            search.measure_the_rest_within()
+        report = build_report(config, cfg, search, backend, batch, percentile, folder, measure.device)
+        if outcome == "ok":
+            chosen = report["chosen"]
+            tuned = {
+                "budget_ms": budget_ms,
+                "percentile": percentile,
+                "batch": batch,
+                "backend": backend.name,
+                "device": measure.device,
+                "measured_ms": chosen["latency_ms"],
+                "dense_ms": report["dense_latency_ms"],
+                "knob": {k: chosen[k] for k in ("r", "inflection", "keep_rate", "quantile", "preset", "paper_gflops") if k in chosen},
+                "top1": chosen["top1"],
+                "data": str(data) if data else None,
+                "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            }
+            new = next(c for c in candidates if c.label == chosen["label"]).data
+            new = json.loads(json.dumps(new))
+            new["merge"]["options"]["tuned"] = tuned
+            config_from_dict(new, "(tuned config)")  # must load back
+            header = f"# Tuned by `deploytk tune {config} --budget-ms {budget_ms:g}` ({backend.name}, batch {batch}, {percentile}).\n"
+            output.write_yaml(header + yaml.safe_dump(portable(new, output.path), sort_keys=False))
+            report["output"] = str(output.path)
+        report["report"] = str(report_out.path)
+        report["command"] = shlex.join(  # what reproduces this run (every option spelled out, defaults included)
+            ["deploytk", "tune", str(config), "--budget-ms", f"{budget_ms:g}", "--batch", str(batch), "--backend", backend.name]
+            + ["--percentile", percentile, "--warmup", str(warmup), "--iterations", str(iterations)]
+            + (["--data", str(data), "--limit", str(limit)] if data is not None else [])
+            + (["--inflections", ",".join(f"{v:g}" for v in inflections)] if inflections else [])
+            + ["--output", str(output.path), "--cache", str(cache)]
+        )
+        report["plot"] = plot(report, plot_out)
+        report_out.write_json(report)
+        return report

@@ -3,9 +3,9 @@
 Exports are the suite's most repeated work (the digits ToMe export alone was made in ten modules). The cache lives
 under the run's base temporary folder, which both pytest-xdist workers share, with a file lock per export, so each is
 made once per run whichever worker asks first. A test that changes files in an export takes its own copy (``copy``).
-Each export's digest is recorded when it is made and checked when the run ends: a test that wrote into a shared export
-fails the run. The dense-baseline cache that ``profile``, ``quantize`` and ``build`` add under ``.baseline/`` is derived
-data (the same file whoever writes it, written atomically) and is not part of the digest.
+Each export's digest (every file in it) is recorded when it is made and checked when the run ends: a test that wrote
+into a shared export fails the run, and so does a command that wrote a derived file into the artifact it read (the
+dense baselines live in deploytk's cache folder, ``DEPLOYTK_CACHE``, which tests/conftest.py points at the run's).
 """
 
 from __future__ import annotations
@@ -19,17 +19,11 @@ from filelock import FileLock
 
 from helpers.configs import digits_config
 
-#: written beside an export by the commands that read it (derived, see the module docstring)
-DERIVED = (".baseline",)
-
-
 def tree_digest(folder: Path) -> str:
-    """sha256 over every file's relative path and bytes, derived caches left out."""
+    """sha256 over every file's relative path and bytes."""
     digest = hashlib.sha256()
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         relative = path.relative_to(folder)
-        if relative.parts[0] in DERIVED:
-            continue
         digest.update(str(relative).encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()
 

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from deploytk.backends.engine_manifest import engine_manifest
 from deploytk.build.options import BuildOptions
 from deploytk.cli import app
+from deploytk.export.artifacts import write_manifest
 
 from helpers import export_config, seeded_init
 
@@ -188,6 +189,12 @@ def _hash_mismatch(art):
 def _renamed_input(art):
     manifest = json.loads((art / "manifest.json").read_text())
     manifest["inputs"][0]["name"] = "pixels"
+    write_manifest(art, manifest)  # sealed again: the edit is what is tested
+
+
+def _unsealed_edit(art):
+    manifest = json.loads((art / "manifest.json").read_text())
+    manifest["config"]["merge"]["prop_attn"] = False  # what a user tried: the graph still has proportional attention
     (art / "manifest.json").write_text(json.dumps(manifest))
 
 
@@ -195,6 +202,7 @@ BAD = {
     "not an artifact": (lambda art: (art / "manifest.json").unlink(), [], "is not a deploytk artifact directory"),
     "onnx changed after export": (_hash_mismatch, [], "does not match its manifest"),
     "manifest inputs edited": (_renamed_input, [], "does not describe model.onnx's graph"),
+    "manifest edited by hand": (_unsealed_edit, [], "manifest.json was edited after deploytk wrote it"),
     "engine from another onnx": (lambda art: write_engine(art, onnx_sha256="0" * 64), [], "built from a different model.onnx"),
     "engine without engine.json": (
         lambda art: (art / "model.engine").write_bytes(ENGINE_BYTES),

@@ -10,7 +10,7 @@ import onnx
 import pytest
 
 from deploytk.errors import DeploytkError
-from deploytk.export.artifacts import Artifact
+from deploytk.export.artifacts import Artifact, write_manifest
 from deploytk.export.manifest import sha256_file
 from deploytk.export.probes import choice_inputs_quantized
 from deploytk.quantize import run_quantize
@@ -125,7 +125,7 @@ def test_a_quantized_metric_fails_validation(digits, ort_int8, tmp_path):
     onnx.save(graph, str(broken / "model.onnx"))
     manifest = json.loads((broken / "manifest.json").read_text())
     manifest["onnx"]["sha256"] = sha256_file(broken / "model.onnx")
-    (broken / "manifest.json").write_text(json.dumps(manifest))
+    write_manifest(broken, manifest)  # sealed again: the edit is what is tested
     report = validate(broken, "ort", val_batches(digits, 32), Tolerances.for_precision("int8"))
     assert not report.passed
     assert report.checks["int8: no matching op or input of one is quantized"] is False
@@ -237,7 +237,7 @@ def test_bad_input_is_refused_and_writes_nothing(digits, ort_int8, tmp_path, cas
         shutil.copytree(digits / "tome", source)
         manifest = json.loads((source / "manifest.json").read_text())
         manifest["config"]["export"]["precision"] = "bf16"
-        (source / "manifest.json").write_text(json.dumps(manifest))
+        write_manifest(source, manifest)  # sealed again: the edit is what is tested
     elif case == "runtime":
         runtime = "tensorrt"
     before = snapshot(source)

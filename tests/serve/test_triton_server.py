@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from deploytk.backends.torch_backend import TorchModel
 from deploytk.cli import app
-from deploytk.export.artifacts import Artifact
+from deploytk.export.artifacts import Artifact, write_manifest
 from deploytk.models import build_reference
 from deploytk.package import TensorSpec, config_pbtxt
 from deploytk.validate.validator import Tolerances, validate
@@ -230,7 +230,7 @@ DEPLOYTK_REFUSES = {  # the fault in the artifact -> (deploytk's refusal, the mo
 def _edit_manifest(directory, change):
     manifest = json.loads((directory / "manifest.json").read_text())
     change(manifest["inputs"][0])
-    (directory / "manifest.json").write_text(json.dumps(manifest))
+    write_manifest(directory, manifest)  # sealed again: the edit is what is tested
 
 
 @pytest.mark.parametrize("fault", list(DEPLOYTK_REFUSES))
