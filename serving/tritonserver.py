@@ -210,8 +210,12 @@ class TritonServer:
     def launch(self) -> TritonServer:
         """Start the process and return at once (``start`` also waits until it is live)."""
         self.http_port, self.grpc_port = free_port(), free_port()
+        # a temporary folder inside the scratch folder, removed with it: the stubs' ONNX Runtime (its telemetry) writes
+        # $TMPDIR/.ses on import, and nothing the server or its stubs put there is left in the user's
+        (self._scratch / "tmp").mkdir(exist_ok=True)
         with self.log_path.open("wb") as log:
-            env = self.environment.environ() | ({HOLD_LOADS: str(self.hold_loads)} if self.hold_loads else {})
+            env = self.environment.environ() | {"TMPDIR": str(self._scratch / "tmp")}
+            env |= {HOLD_LOADS: str(self.hold_loads)} if self.hold_loads else {}
             self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         return self
 
