@@ -3,7 +3,7 @@
 The GPU machine the project is lent now and then (CONTRIBUTING.md, "The GPU check") runs CPython 3.12 on
 manylinux x86_64 and has no network. This downloads the distributions pinned in scripts/device_kit.txt for that
 interpreter (binary wheels only; the ones marked ``# sdist`` are built here with ``pip wheel`` and must come out
-pure Python), builds deploytk's wheel from this working tree (deploytk and deploytk_plugins, templates included) and
+pure Python), builds deploytk's wheel from this working tree (deploytk, deploytk_plugins and deploytk_serving, templates included) and
 prints the kit's size next to what the device tool carries with it (the working tree; 64 MiB in all).
 
     .venv/bin/python scripts/device_kit.py [--output device-kit]
@@ -41,7 +41,7 @@ IMAGE_MARKERS = {
 #: what the device tool carries in one call: the working tree (tracked and untracked-not-ignored files) + carried paths
 TRAVEL_LIMIT_MIB = 64
 #: the project's own files that its wheel is built from
-PROJECT_FILES = ("deploytk", "plugins", "setup.py", "pyproject.toml", "README.md")
+PROJECT_FILES = ("deploytk", "plugins", "serving", "setup.py", "pyproject.toml", "README.md")
 
 
 def normalize(name: str) -> str:

@@ -11,11 +11,15 @@ What this module knows, each learned the hard way:
 - the backend library and the stub must be real files inside the backend folder (a symlink "escapes the backend
   directory");
 - a server whose stub cannot start may hang instead of exiting, so every start has its own deadline, and the
-  process (its whole session) is stopped by id.
+  process (its whole session) is stopped by id;
+- the server runs in a session of its own, so a signal to whoever started it never reaches it: `main` (the
+  ``deploytk-triton`` command) turns SIGTERM, SIGINT and SIGHUP into a stop of that whole process group and the removal
+  of its scratch folder and shared memory, or the server and its stubs outlive it, still serving.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -40,6 +44,11 @@ STANDIN_BACKENDS = ("onnxruntime", "openvino")
 HOLD_LOADS = "DEPLOYTK_STANDIN_HOLD_LOADS"
 #: how long a start may take before the server is stopped and the start fails with its log
 START_TIMEOUT_S = 120.0
+#: the serving venv for `deploytk-triton` when --serve-venv is not given (an installed, not editable, copy has no
+#: repository beside it)
+SERVE_VENV_VARIABLE = "DEPLOYTK_SERVE_VENV"
+#: what stops `deploytk-triton`: the whole server, then its scratch folder and shared memory
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 class ServerError(RuntimeError):
@@ -114,6 +123,35 @@ def settled_statistics(read, inference_count: int, timeout: float = 10.0) -> dic
         time.sleep(0.05)
 
 
+def group_members(pgid: int) -> list[int]:
+    """The processes of process group ``pgid`` that still run (a zombie has exited: it waits to be reaped, holds nothing)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after "pid (comm)": state, ppid, pgrp, ...
+        except (OSError, IndexError):  # it exited while we looked
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(stat.parent.name))
+    return members
+
+
+def _wait_until_gone(pgid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while group_members(pgid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except ProcessLookupError:  # the last member went in between
+        pass
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -172,8 +210,12 @@ class TritonServer:
     def launch(self) -> TritonServer:
         """Start the process and return at once (``start`` also waits until it is live)."""
         self.http_port, self.grpc_port = free_port(), free_port()
+        # a temporary folder inside the scratch folder, removed with it: the stubs' ONNX Runtime (its telemetry) writes
+        # $TMPDIR/.ses on import, and nothing the server or its stubs put there is left in the user's
+        (self._scratch / "tmp").mkdir(exist_ok=True)
         with self.log_path.open("wb") as log:
-            env = self.environment.environ() | ({HOLD_LOADS: str(self.hold_loads)} if self.hold_loads else {})
+            env = self.environment.environ() | {"TMPDIR": str(self._scratch / "tmp")}
+            env |= {HOLD_LOADS: str(self.hold_loads)} if self.hold_loads else {}
             self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         return self
 
@@ -208,14 +250,21 @@ class TritonServer:
             self.process.wait()
 
     def stop(self, timeout: float = 15.0) -> None:
-        """SIGTERM to the server's session (server and stubs), SIGKILL after ``timeout``."""
-        if self.process is None or self.process.poll() is not None:
+        """SIGTERM to the server's process group (server and stubs), SIGKILL after ``timeout``; then SIGKILL to any
+        member still running once the server has gone (a stub of a server that was killed or died), and wait until
+        none is left (bounded)."""
+        if self.process is None:
             return
-        os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        # The group outlives its leader while a member runs; its id cannot be reused until the last one has gone.
+        if not _wait_until_gone(self.process.pid, 2.0):
+            _signal_group(self.process.pid, signal.SIGKILL)
+            _wait_until_gone(self.process.pid, 10.0)
 
     def log(self) -> str:
         try:
@@ -240,10 +289,104 @@ class TritonServer:
         self.close()
 
 
-if __name__ == "__main__":  # python -m serving.tritonserver REPO: serve a repository until Ctrl-C
-    with TritonServer(Path(sys.argv[1])) as server:
-        print(f"serving {sys.argv[1]}: HTTP {server.http_url}, gRPC {server.grpc_url} (Ctrl-C stops it)", flush=True)
-        try:
-            server.process.wait()
-        except KeyboardInterrupt:
-            pass
+def main(argv: list[str] | None = None) -> int:
+    """``deploytk-triton REPO`` (or ``python -m deploytk_serving``; ``python -m serving.tritonserver`` from the repository
+    root): serve a repository until SIGTERM, SIGINT (Ctrl-C) or SIGHUP, or until the server exits.
+
+    A signal is only recorded by its handler and acted on between steps, never in the middle of starting the process or
+    of cleaning up, so every way out goes through ``close()``: the server's whole process group stopped (SIGTERM, then
+    SIGKILL after a bounded wait), its scratch folder and its shared-memory regions removed. Stopped by a signal, it then
+    dies of that signal, as a process that does not handle it would (exit status 128 + its number in a shell); a server
+    that exits on its own is an error (1); a repository or serving environment that is not there, bad input (2)."""
+    parser = argparse.ArgumentParser(
+        prog="deploytk-triton",
+        description="Serve a Triton model repository (deploytk package --triton) with the local tritonserver on 127.0.0.1 "
+        "until SIGTERM, SIGINT (Ctrl-C) or SIGHUP, which stop the server and its stubs and remove its scratch folder "
+        "and shared memory.",
+    )
+    parser.add_argument("repository", type=Path, help="the model repository folder")
+    parser.add_argument(
+        "--serve-venv",
+        type=Path,
+        default=Path(os.environ.get(SERVE_VENV_VARIABLE) or SERVE_VENV),
+        help=f"the serving environment (make serve-env); default ${SERVE_VENV_VARIABLE}, else {SERVE_VENV}",
+    )
+    parser.add_argument("--start-timeout", type=float, default=START_TIMEOUT_S, help="seconds the server has to become live")
+    args = parser.parse_args(argv)
+
+    received: list[int] = []
+
+    def record(signum, frame):  # acted on by the loops in _serve
+        received.append(signum)
+
+    for signum in STOP_SIGNALS:
+        # SIGHUP ignored by whoever started us (nohup) stays ignored; SIGTERM and SIGINT always stop the server
+        if signum != signal.SIGHUP or signal.getsignal(signum) != signal.SIG_IGN:
+            signal.signal(signum, record)
+    code = _serve(args.repository, args.serve_venv, args.start_timeout, received)
+    if received:
+        signum = received[0]
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)  # die of it; only reached past here if it is blocked
+        return 128 + signum
+    return code
+
+
+def _serve(repository: Path, venv: Path, start_timeout: float, received: list[int]) -> int:
+    if not repository.is_dir():
+        print(f"error: {repository} is not a folder: give the model repository `deploytk package --triton` wrote.", file=sys.stderr)
+        return 2
+    try:
+        environment = ServeEnvironment.find(venv)
+    except ServerError as e:
+        print(
+            f"error: {e} An installed deploytk-triton outside a checkout: name it with --serve-venv or ${SERVE_VENV_VARIABLE}.",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        server = TritonServer(repository, environment)  # its scratch folder: removed again if this fails
+    except ServerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    try:
+        if not received:
+            server.launch()
+        deadline = time.monotonic() + start_timeout
+        while not received and not server._live():
+            if server.process.poll() is not None:
+                print(
+                    f"error: tritonserver exited with code {server.process.returncode} while starting:\n{server.log_tail()}",
+                    file=sys.stderr,
+                )
+                return 1
+            if time.monotonic() > deadline:
+                print(
+                    f"error: tritonserver was not live after {start_timeout:.0f} s and was stopped:\n{server.log_tail()}", file=sys.stderr
+                )
+                return 1
+            time.sleep(0.2)
+        if not received:
+            print(
+                f"serving {repository}: HTTP {server.http_url}, gRPC {server.grpc_url} (server process group {server.process.pid}, "
+                f"scratch {server._scratch}, shared memory /dev/shm/{server.shm_prefix}*; SIGTERM or Ctrl-C stops it)",
+                flush=True,
+            )
+        while not received and server.process.poll() is None:
+            time.sleep(0.2)
+        if not received:
+            print(f"error: tritonserver exited with code {server.process.returncode}:\n{server.log_tail()}", file=sys.stderr)
+            return 1
+    finally:
+        server.close()
+    name = signal.Signals(received[0]).name
+    print(
+        f"stopped by {name}: server process group {server.process.pid if server.process else '-'} ended, {server._scratch} and "
+        f"/dev/shm/{server.shm_prefix}* removed",
+        flush=True,
+    )
+    return 0
+
+
+if __name__ == "__main__":  # python -m serving.tritonserver REPO, from the repository root
+    sys.exit(main())
