@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 
 from deploytk.errors import DeploytkError
+from deploytk.families.hf_common import HF_PREFIX
 from deploytk.merging.outputs import DENSE_KINDS, OutputSpec
 from deploytk.merging.reduction import MethodOptions, Reduction
 from deploytk.methods import get_method
@@ -233,7 +234,7 @@ def load_config(path: str | Path) -> DeployConfig:
             hint="Write at least `model: <timm ViT name>` and `merge: {method: tome, r: 16}`; "
             f"{DEFAULT_CONFIG.name} in export_configs/ is a complete example.",
         )
-    return _checkpoint_from_config_folder(config_from_dict(data, str(path)), path)
+    return _hf_folder_from_config_folder(_checkpoint_from_config_folder(config_from_dict(data, str(path)), path), path)
 
 
 def _checkpoint_from_config_folder(cfg: DeployConfig, path: Path) -> DeployConfig:
@@ -252,6 +253,36 @@ def _checkpoint_from_config_folder(cfg: DeployConfig, path: Path) -> DeployConfi
     return cfg.model_copy(update={"checkpoint": str(resolved)})
 
 
+def _hf_folder_from_config_folder(cfg: DeployConfig, path: Path) -> DeployConfig:
+    """``model: hf:<relative folder>`` in a config file names a folder relative to that file's folder, like ``checkpoint``;
+    it is made absolute here, so the manifest records where the weights are and the artifact works from any folder.
+    A Hub id (``owner/name``) that is no folder there stays as it is."""
+    if not cfg.model.startswith(HF_PREFIX):
+        return cfg
+    ref = cfg.model[len(HF_PREFIX) :]
+    if not ref or Path(ref).expanduser().is_absolute():
+        return cfg
+    resolved = (path.parent / ref).resolve()
+    if resolved.is_dir():
+        return cfg.model_copy(update={"model": HF_PREFIX + str(resolved)})
+    if Path(ref).is_dir():
+        relative = os.path.relpath(Path(ref).resolve(), path.parent.resolve())
+        raise DeploytkError(
+            f"config {path}: `model: {cfg.model}` is read relative to the config's folder ({resolved} is not a folder); the "
+            "folder it meant is relative to the working directory.",
+            hint=f"Write `model: {HF_PREFIX}{relative}` (or an absolute path).",
+        )
+    return cfg
+
+
+def absolute_hf_folder(model: str) -> str:
+    """``hf:<folder>`` given on the command line (relative to the working folder) as an absolute ``hf:`` path; anything
+    else as it is."""
+    if model.startswith(HF_PREFIX) and Path(model[len(HF_PREFIX) :]).expanduser().is_dir():
+        return HF_PREFIX + str(Path(model[len(HF_PREFIX) :]).expanduser().resolve())
+    return model
+
+
 def portable(data: dict, destination: Path) -> dict:
     """Config data about to be written to ``destination``: its checkpoint relative to that file's folder, as it is read."""
     checkpoint = data.get("checkpoint")
@@ -268,6 +299,8 @@ def apply_overrides(cfg: DeployConfig, **overrides) -> DeployConfig:
             continue
         if key in ("method", "r"):
             data.setdefault("merge", {})[key] = value
+        elif key == "model":
+            data[key] = absolute_hf_folder(value)
         elif key == "precision":
             data.setdefault("export", {})[key] = value
         else:

@@ -55,7 +55,7 @@ class TorchBackend(Backend):
     def load_for_timing(self, artifact, batch_sizes, progress: Progress = SILENT) -> tuple[TorchModel, TorchModel]:
         artifact.require_runtime(f"--backend {self.name} (it times the PyTorch reference, never an int8 graph)", ())
         device, precision = self.device(), artifact.precision
-        merged = build_reference(artifact.config)
+        merged = build_reference(artifact.reference_config)
         dense = dense_model(merged, precision).to(device)
         merged = to_precision(merged, precision).to(device)
         return TorchModel(merged, artifact.img_size, device), TorchModel(dense, artifact.img_size, device)

@@ -11,8 +11,9 @@ from pathlib import Path
 
 from deploytk.config import DeployConfig, config_from_dict
 from deploytk.errors import DeploytkError
-from deploytk.export.manifest import sha256_file
+from deploytk.export.manifest import sha256_file, sha256_tree
 from deploytk.export.onnx_io import data_file_name
+from deploytk.families.hf_common import HF_PREFIX
 from deploytk.files import DirectoryKind
 
 MODEL_FILE = "model.onnx"
@@ -141,6 +142,32 @@ class Artifact:
     @cached_property
     def config(self) -> DeployConfig:
         return config_from_dict(self.manifest["config"], f"{self.directory}/manifest.json")
+
+    @cached_property
+    def reference_config(self) -> DeployConfig:
+        """``config`` for rebuilding the PyTorch reference, after checking that the weights it names are the ones the
+        artifact was made from (the checkpoint file, the ``hf:`` folder): a moved or changed source is refused with its
+        path before any work, instead of a reference of other weights failing validation (or a Hub lookup)."""
+        cfg, model = self.config, self.manifest["model"]
+        checks = []
+        if cfg.checkpoint:
+            checks.append(("checkpoint", Path(cfg.checkpoint), model.get("checkpoint_sha256"), sha256_file))
+        if cfg.model.startswith(HF_PREFIX) and model.get("model_folder_sha256"):
+            checks.append(("model folder", Path(cfg.model[len(HF_PREFIX) :]), model["model_folder_sha256"], sha256_tree))
+        for what, path, recorded, digest in checks:
+            if not path.exists():
+                raise DeploytkError(
+                    f"{self.directory} was exported from the {what} {path}, which no longer exists; the PyTorch reference "
+                    "cannot be rebuilt without it.",
+                    hint=f"Put the {what} back at that path, or export again from where it is now.",
+                )
+            if recorded and digest(path) != recorded:
+                raise DeploytkError(
+                    f"the {what} {path} changed after {self.directory} was exported from it (sha256 {recorded[:12]}... then); "
+                    "a reference built from other weights cannot validate this graph.",
+                    hint="Export again from the current weights, or restore the ones the artifact was made from.",
+                )
+        return cfg
 
     @property
     def onnx_path(self) -> Path:

@@ -68,7 +68,7 @@ def baseline_onnx(artifact: Artifact, merged: MergedViT | None = None) -> Path:
 
     def make(tmp: Path, name: str) -> None:
         cfg = artifact.config
-        model = merged if merged is not None else build_reference(cfg)
+        model = merged if merged is not None else build_reference(artifact.reference_config)
         dense = dense_model(model, cfg.export.precision)
         names = [o["name"] for o in manifest["outputs"]]
         export_model(dense, artifact.img_size, cfg.export.batch_size, manifest["onnx"]["opset"], tmp, name, names)

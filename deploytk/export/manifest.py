@@ -19,6 +19,15 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def sha256_tree(folder: Path) -> str:
+    """One sha256 for a folder's content: every file's relative path and bytes (a save_pretrained model folder)."""
+    folder = Path(folder)
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(folder).as_posix().encode() + b"\0" + bytes.fromhex(sha256_file(path)))
+    return digest.hexdigest()
+
+
 def package_versions() -> dict[str, str | None]:
     out = {}
     for name in VERSIONED_PACKAGES:

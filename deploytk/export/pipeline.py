@@ -12,9 +12,10 @@ from deploytk.config import DeployConfig, config_to_dict
 from deploytk.errors import DeploytkError
 from deploytk.export.artifacts import EXPORT, INLINED_MODEL_FILE, MANIFEST_FORMAT, MODEL_FILE, write_manifest
 from deploytk.export.inline import inline_deploytk_functions
-from deploytk.export.manifest import now_utc, package_versions, sha256_file
+from deploytk.export.manifest import now_utc, package_versions, sha256_file, sha256_tree
 from deploytk.export.onnx_export import INPUT_NAME, IR_VERSION, custom_op_counts, export_model
 from deploytk.export.onnx_io import data_file_name, save_onnx
+from deploytk.families.hf_common import HF_PREFIX
 from deploytk.files import claim_directory
 from deploytk.merging.precision import to_precision
 from deploytk.models import build_reference
@@ -39,6 +40,12 @@ def output_records(proto, kind: str) -> list[dict]:
         dtype = str(onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type))
         records.append({"name": value.name, "dtype": dtype, "shape": shape, "kind": kind if i == 0 else value.name})
     return records
+
+
+def model_folder_record(model: str) -> dict:
+    """For ``hf:<folder>``: the folder's content hash, so the artifact knows when the weights it was made from changed."""
+    folder = Path(model[len(HF_PREFIX) :]) if model.startswith(HF_PREFIX) else None
+    return {"model_folder_sha256": sha256_tree(folder)} if folder is not None and folder.is_dir() else {}
 
 
 def run_export(cfg: DeployConfig, output: Path, progress: Progress = SILENT, fmt: str = "onnx", force: bool = False) -> dict:
@@ -85,6 +92,7 @@ def run_export(cfg: DeployConfig, output: Path, progress: Progress = SILENT, fmt
                     "num_classes": family.num_classes,
                     "blocks": family.depth,
                     "checkpoint_sha256": sha256_file(Path(cfg.checkpoint)) if cfg.checkpoint else None,
+                    **model_folder_record(cfg.model),
                 },
                 "schedule": schedule_summary(model),
                 "method": method_summary(cfg),

@@ -181,6 +181,29 @@ class OutputOf(nn.Module):
         return out.last_hidden_state[:, 0] if self.key is None else getattr(out, self.key)
 
 
+def _hub_unreachable(ref: str) -> str | None:
+    """Why the Hub cannot serve ``ref`` now (offline mode, or its host does not answer within seconds); None when it can
+    or when the local cache already holds the model."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    try:
+        if isinstance(try_to_load_from_cache(ref, "config.json"), str):
+            return None
+    except Exception:  # not a valid repo id: the Hub would refuse it too, with its own message
+        return None
+    if constants.HF_HUB_OFFLINE:
+        return "HF_HUB_OFFLINE is set"
+    url = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout=3).close()
+    except OSError as err:
+        return f"{url.hostname} cannot be reached ({err.strerror or err})"
+    return None
+
+
 def load_hf(name: str) -> nn.Module:
     """``hf:<folder or hub id>`` -> the transformers model its config's ``architectures`` names, in eval mode, with the
     eager attention (the one whose numbers deploytk's plain-op attention reproduces)."""
@@ -196,6 +219,14 @@ def load_hf(name: str) -> nn.Module:
     if not local.is_dir() and (not ref or ref.startswith((".", "/", "~")) or ref.count("/") > 1):
         raise DeploytkError(f"`model: {name}`: {ref or '(empty)'} is neither a folder nor a Hugging Face Hub id (owner/name).")
     where = str(local) if local.is_dir() else ref
+    offline = None if local.is_dir() else _hub_unreachable(ref)
+    if offline:  # transformers would retry the Hub for half a minute and then blame the config
+        raise DeploytkError(
+            f"`model: {name}`: there is no folder {local.absolute()}, the Hub id {ref} is not in the local Hugging Face "
+            f"cache, and the Hub cannot be asked: {offline}.",
+            hint="Point `model: hf:<folder>` at a folder written by save_pretrained (a relative folder in a config is read "
+            "from the config's folder), or download the model where the Hub can be reached.",
+        )
     try:
         config = transformers.AutoConfig.from_pretrained(where)
     except Exception as err:

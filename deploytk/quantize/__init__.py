@@ -68,7 +68,7 @@ def calibration_batches(artifact: Artifact, data: Path | None, synthetic: int | 
     if data is not None:
         if num_images < 1:
             raise DeploytkError(f"--num-images {num_images}: must be >= 1.")
-        transform = build_reference(artifact.config).family.eval_transform()
+        transform = build_reference(artifact.reference_config).family.eval_transform()
         batches = folder_batches(data, num_images, BATCH, transform)
         images = sum(len(b) for b in batches)
         record = {"source": str(Path(data).resolve()), "images": images, "preprocessing": "the model family's eval transform"}

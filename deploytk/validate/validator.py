@@ -248,7 +248,7 @@ def validate_each(
     candidates = [_load_candidate(b, artifact, batch_sizes, progress) for b in backends]  # refuses a stale engine before any work
     if reference is None:
         progress.step("rebuilding the PyTorch reference from the manifest")
-        reference = build_reference(artifact.config)
+        reference = build_reference(artifact.reference_config)
     reference_model = TorchModel(reference, img, "cpu", artifact.output_names)
     feeds = [{INPUT_NAME: b} for b in batches]
     images = sum(len(b) for b in batches)
@@ -391,7 +391,7 @@ def run_validations(
     reference = None
     if images is not None:  # the reference's own timm model decides the preprocessing
         progress.step("rebuilding the PyTorch reference from the manifest")
-        reference = build_reference(artifact.config)
+        reference = build_reference(artifact.reference_config)
         batches = folder_batches(images, num_images, batch_size, reference.family.eval_transform())
     else:
         batches = synthetic_batches(num_images, batch_size, artifact.img_size)
