@@ -316,7 +316,7 @@ def apply_overrides(cfg: DeployConfig, **overrides) -> DeployConfig:
 
 
 def parse_r_option(text: str):
-    """--r SPEC: '16', '8,8,4' (per layer) or '16:-1' (r:inflection)."""
+    """--r SPEC: '16', '8,8,4,...' (one per block) or '16:-1' (r:inflection)."""
     try:
         if ":" in text:
             r, inflection = text.split(":", 1)
@@ -326,7 +326,7 @@ def parse_r_option(text: str):
         return int(text)
     except ValueError:
         raise DeploytkError(
-            f"--r {text!r} is not a valid r spec; allowed: an int (16), a per-layer list (8,8,4) or r:inflection (16:-1)."
+            f"--r {text!r} is not a valid r spec; allowed: an int (16), one r per block (8,8,4,...) or r:inflection (16:-1)."
         ) from None
 
 

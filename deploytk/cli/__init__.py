@@ -125,7 +125,7 @@ def export(
     output: Path | None = typer.Option(None, help="Artifact directory (default artifacts/<config stem>/)."),
     model: str | None = typer.Option(None, help="Override `model` (a timm ViT name)."),
     method: str | None = typer.Option(None, help="Override `merge.method`."),
-    r: str | None = typer.Option(None, "--r", help="Override `merge.r`: 16 | 8,8,4 | 16:-1 (r:inflection)."),
+    r: str | None = typer.Option(None, "--r", help="Override `merge.r`: 16 | 8,8,4,... (one per block) | 16:-1 (r:inflection)."),
     precision: str | None = typer.Option(None, help="Override `export.precision`: fp32 | fp16 | bf16 (precision lives in the graph)."),
     fmt: str = typer.Option(
         "onnx",
