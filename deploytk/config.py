@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 
-from deploytk.errors import DeploytkError
+from deploytk.errors import DeploytkError, file_problem
 from deploytk.families.hf_common import HF_PREFIX
 from deploytk.merging.outputs import DENSE_KINDS, OutputSpec
 from deploytk.merging.reduction import MethodOptions, Reduction
@@ -175,6 +175,13 @@ def config_from_dict(data: dict, source: str = "(in memory)") -> DeployConfig:
         cfg = DeployConfig.model_validate(data)
     except ValidationError as err:
         raise _format_validation_error(err, source) from None
+    num_classes = cfg.model_kwargs.get("num_classes")
+    if num_classes is not None and (not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < 0):
+        # timm builds no head for num_classes <= 0, while a negative count would still be reported as a logits model
+        raise DeploytkError(
+            f"invalid config {source}: `model_kwargs.num_classes` = {num_classes!r}; allowed: an int >= 1 (the classes of the "
+            "head: a logits model) or 0 (no head: the model outputs its pooled embedding)."
+        )
     r = cfg.merge.r
     if isinstance(r, int) and r < 0 or isinstance(r, list) and any(v < 0 for v in r):
         raise DeploytkError(f"invalid config {source}: `merge.r` = {r!r}: r must not be negative; allowed: {_ALLOWED['r']}.")
@@ -216,13 +223,46 @@ def config_to_dict(cfg: DeployConfig) -> dict:
     return data
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping: plain YAML keeps the last silently, so a config
+    with `r: 4` and, lines below, `r: 8` would export with 8 and nobody the wiser."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` may be overridden by the mapping's own keys
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: the base class says what is wrong with it
+                    continue
+                if first is not None:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key `{key}` (first given at line {first}); give each key once", key_node.start_mark
+                    )
+                seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
+
+
 def load_config(path: str | Path) -> DeployConfig:
-    """Read and validate a YAML config."""
+    """Read and validate a YAML config (UTF-8 text; a key given twice in one mapping is refused)."""
     path = Path(path)
-    if not path.is_file():
-        raise DeploytkError(f"config file {path} does not exist.", hint="Pass a YAML file such as export_configs/deit_small_tome_r16.yaml.")
+    problem = file_problem(path)
+    if problem:
+        raise DeploytkError(f"config file {path} {problem}.", hint="Pass a YAML file such as export_configs/deit_small_tome_r16.yaml.")
     try:
-        data = yaml.safe_load(path.read_text())
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise DeploytkError(
+            f"config {path} is not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset {err.start}); a config is a YAML text file.",
+            hint="Pass a YAML file such as export_configs/deit_small_tome_r16.yaml.",
+        ) from None
+    except OSError as err:
+        raise DeploytkError(f"config {path} cannot be read: {err.strerror or err}.") from None
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -309,7 +349,7 @@ def apply_overrides(cfg: DeployConfig, **overrides) -> DeployConfig:
 
 
 def parse_r_option(text: str):
-    """--r SPEC: '16', '8,8,4' (per layer) or '16:-1' (r:inflection)."""
+    """--r SPEC: '16', '8,8,4,...' (one per block) or '16:-1' (r:inflection)."""
     try:
         if ":" in text:
             r, inflection = text.split(":", 1)
@@ -319,7 +359,7 @@ def parse_r_option(text: str):
         return int(text)
     except ValueError:
         raise DeploytkError(
-            f"--r {text!r} is not a valid r spec; allowed: an int (16), a per-layer list (8,8,4) or r:inflection (16:-1)."
+            f"--r {text!r} is not a valid r spec; allowed: an int (16), one r per block (8,8,4,...) or r:inflection (16:-1)."
         ) from None
 
 

@@ -25,6 +25,8 @@ def read_rgb(path: Path) -> Image.Image:
     (palette, grayscale, CMYK, alpha dropped as timm's and torchvision's loaders drop it), 16-bit samples scaled to
     8 bits by their range (the high byte, Pillow's rule for 16-bit RGB) instead of clipped. Anything else is refused
     with the file name."""
+    if Path(path).is_dir():  # Pillow's own message would be "[Errno 21] Is a directory" inside "could not be read"
+        raise DeploytkError(f"image {path} is a directory, not an image file.")
     try:
         with Image.open(path) as opened:
             img = ImageOps.exif_transpose(opened)
@@ -71,7 +73,8 @@ def image_files(folder: Path, num_images: int) -> list[Path]:
     """Up to ``num_images`` image files under ``folder`` (recursively, sorted); a missing or imageless folder is refused."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise DeploytkError(f"image folder {folder} does not exist (--images).")
+        problem = "does not exist" if not folder.exists() else "is a file, not a folder of images"
+        raise DeploytkError(f"image folder {folder} {problem} (--images).")
     files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)[:num_images]
     if not files:
         raise DeploytkError(f"image folder {folder} holds no images ({', '.join(sorted(IMAGE_SUFFIXES))}).")

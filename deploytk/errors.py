@@ -4,6 +4,8 @@ The CLI turns a DeploytkError into a one-paragraph message and a non-zero exit, 
 traceback; anything else is a bug and keeps its traceback.
 """
 
+from pathlib import Path
+
 
 class DeploytkError(Exception):
     """A problem the user can fix: names the bad field/value and what is allowed."""
@@ -17,3 +19,14 @@ class DeploytkError(Exception):
 class DeploytkNotice(UserWarning):
     """Something the user should know that did not stop the work (a killed run's temporaries removed, a corrupt cache
     entry rebuilt): a warning to a Python caller, a ``note:`` line on stderr from the CLI."""
+
+
+def file_problem(path: Path, expected: str = "a file") -> str | None:
+    """Why ``path`` cannot be read as ``expected`` ("does not exist", "is a directory, not a file", ...), or None: a
+    folder given where a file belongs is not reported as missing."""
+    path = Path(path)
+    if path.is_file():
+        return None
+    if path.is_dir():
+        return f"is a directory, not {expected}"
+    return "is not a regular file" if path.exists() else "does not exist"

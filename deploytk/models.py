@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from deploytk.config import DeployConfig
-from deploytk.errors import DeploytkError
+from deploytk.errors import DeploytkError, file_problem
 from deploytk.families import ModelFamily, adapt, family_named
 from deploytk.merging.merged_vit import MergedViT, build_merged
 from deploytk.methods import METHODS
@@ -46,8 +46,9 @@ def create_model(cfg: DeployConfig) -> ModelFamily:
 
 
 def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
-    if not path.is_file():
-        raise DeploytkError(f"checkpoint {path} does not exist (`checkpoint` / --checkpoint).")
+    problem = file_problem(path, "a weights file")
+    if problem:
+        raise DeploytkError(f"checkpoint {path} {problem} (`checkpoint` / --checkpoint).")
     try:
         if path.suffix == ".safetensors":
             state = load_file(str(path), device="cpu")

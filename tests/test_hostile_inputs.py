@@ -196,6 +196,97 @@ def test_an_empty_config_is_an_error_not_the_defaults(text, work):
         refused([command, work / "empty.yaml"], f"config {work / 'empty.yaml'} is empty: it names no model or merge method", work)
 
 
+@pytest.mark.parametrize("command", ["export", "inspect"])
+@pytest.mark.parametrize("given", [15, 11], ids=["longer", "shorter"])
+def test_an_r_list_that_does_not_fit_the_blocks_is_refused_naming_both_counts(command, given, work):
+    """Export dropped the extra entries of a longer list (its manifest counted them) and inspect died in zip(); a shorter one
+    was padded with zeros. Both commands go through one check (``parse_r``)."""
+    (work / "r.yaml").write_text(config_text(merge={"method": "tome", "r": [4] * given}))
+    args = [command, work / "r.yaml"] + (["--output", work / "art"] if command == "export" else [])
+    refused(
+        args,
+        f"`merge.r` lists {given} values, one per block, but vit_tiny_patch16_224 has 12 blocks; a per-block r list must "
+        "have exactly 12. Write 12 values (0 for a block that does not reduce), or one int for every block.",
+        work,
+    )
+
+
+def test_a_config_that_is_not_utf8_text_is_refused(work):
+    (work / "binary.yaml").write_bytes(b"model: \xac\xed\x00\x05 binary\n")
+    for command in ("export", "inspect"):
+        refused([command, work / "binary.yaml"], f"config {work / 'binary.yaml'} is not UTF-8 text (byte 0xac at offset 7)", work)
+
+
+def test_a_directory_given_as_config_image_or_checkpoint_is_called_a_directory(work, configs):
+    (work / "cfg.yaml").mkdir()
+    for command in ("export", "inspect"):
+        refused([command, work / "cfg.yaml"], f"config file {work / 'cfg.yaml'} is a directory, not a file.", work)
+    refused(
+        ["visualize", configs / "digits.yaml", "--image", work / "mydata", "--output", work / "v.png"],
+        f"image {work / 'mydata'} is a directory, not an image file (--image)",
+        work,
+    )
+    refused(
+        ["export", configs / "digits.yaml", "--checkpoint", work / "mydata", "--output", work / "art"],
+        f"checkpoint {work / 'mydata'} is a directory, not a weights file",
+        work,
+    )
+
+
+def test_a_folder_named_like_an_image_inside_an_image_folder_is_called_a_directory(work, artifact):
+    images = work / "mydata"
+    (images / "img1.jpg").unlink()
+    (images / "sub.png").mkdir()  # picked up by its suffix
+    refused(["validate", artifact, "--images", images], f"image {images / 'sub.png'} is a directory, not an image file", work)
+
+
+@pytest.mark.parametrize(
+    "text, line",
+    [
+        (
+            "model: vit_tiny_patch16_224\nmerge:\n  method: tome\n  r: 4\n  r: 8\n",
+            "line 5, column 3: duplicate key `r` (first given at line 4)",
+        ),
+        (
+            "model: vit_tiny_patch16_224\nmerge: {method: tome, r: 4, r: 8}\n",
+            "line 2, column 29: duplicate key `r` (first given at line 2)",
+        ),
+        (
+            "model: vit_tiny_patch16_224\nmerge: {method: tome}\nmodel: deit_tiny_patch16_224\n",
+            "line 3, column 1: duplicate key `model` (first given at line 1)",
+        ),
+    ],
+    ids=["block", "flow", "top level"],
+)
+def test_a_duplicate_yaml_key_is_refused_naming_the_key_and_line(text, line, work):
+    (work / "dup.yaml").write_text(text)
+    for command in ("export", "inspect"):
+        refused([command, work / "dup.yaml"], f"config {work / 'dup.yaml'} is not valid YAML at {line}; give each key once.", work)
+
+
+def test_a_yaml_merge_key_may_still_be_overridden(work):
+    """``<<: *anchor`` then a key of the mapping's own is YAML's override, not a duplicate."""
+    from deploytk.config import _UniqueKeyLoader
+
+    text = "base: &b {method: tome, r: 4}\nmerge:\n  <<: *b\n  r: 2\n"
+    assert yaml.load(text, Loader=_UniqueKeyLoader)["merge"] == {"method": "tome", "r": 2}
+
+
+@pytest.mark.parametrize("value", [-5, "ten", True])
+def test_a_negative_or_non_integer_num_classes_is_refused(value, work):
+    """timm builds no head for num_classes <= 0, and -5 was reported as a logits model; 0 stays the headless model."""
+    data = yaml.safe_load(config_text())
+    data["model_kwargs"]["num_classes"] = value
+    (work / "classes.yaml").write_text(yaml.safe_dump(data))
+    for command in ("export", "inspect"):
+        refused(
+            [command, work / "classes.yaml"],
+            f"`model_kwargs.num_classes` = {value!r}; allowed: an int >= 1 (the classes of the head: a logits model) or 0 "
+            "(no head: the model outputs its pooled embedding).",
+            work,
+        )
+
+
 def test_an_image_size_that_is_not_a_multiple_of_the_patch_is_refused(work, configs):
     (work / "odd.yaml").write_text("model: deit_tiny_patch16_224\nmerge: {method: tome, r: 8}\nexport: {img_size: 250}\n")
     refused(

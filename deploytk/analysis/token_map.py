@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from deploytk.data import load_images
-from deploytk.errors import DeploytkError
+from deploytk.errors import DeploytkError, file_problem
 from deploytk.families import ModelFamily
 from deploytk.files import FileOutput
 from deploytk.merging.learned import LearnedMerge
@@ -254,8 +254,9 @@ def track_sources(model: MergedViT, image: torch.Tensor) -> Sources:
 
 def require_image_file(path: Path) -> Path:
     path = Path(path)
-    if not path.is_file():
-        raise DeploytkError(f"image {path} does not exist (--image): give a PNG or JPG file (anything Pillow reads).")
+    problem = file_problem(path, "an image file")
+    if problem:
+        raise DeploytkError(f"image {path} {problem} (--image): give a PNG or JPG file (anything Pillow reads).")
     return path
 
 

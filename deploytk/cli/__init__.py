@@ -9,7 +9,9 @@ object on stdout and nothing else there; progress goes to stderr.
 
 from __future__ import annotations
 
+import errno
 import functools
+import os
 import signal
 from pathlib import Path
 
@@ -68,6 +70,36 @@ def tolerance_defaults(field: str) -> str:
     return "[default: " + ", ".join(f"{p} {getattr(t, field):g}" for p, t in PRECISION_TOLERANCES.items()) + "]"
 
 
+#: OS failures the user fixes, not bugs, and what to do; any other OSError keeps its traceback
+OS_FAILURES = {
+    errno.ENOSPC: "Free space on that disk, or write to another one.",
+    errno.EDQUOT: "Free space within your quota, or write to another disk.",
+    errno.EROFS: "Choose a folder on a writable file system (copy a read-only artifact to one first).",
+    errno.EACCES: "Choose a path you may read and write, or change its permissions.",
+    errno.EPERM: "Choose a path you may read and write, or change its permissions.",
+}
+#: the parameters that name a command's output, and their flags
+OUTPUT_FLAGS = {"output": "--output", "triton": "--triton"}
+
+
+def os_failure(err: BaseException, kwargs: dict) -> str | None:
+    """One paragraph for an OS failure in ``err`` or what caused it (disk full, quota, read-only, permissions), naming
+    the path: the one the OS reported, or the command's output where the OS named none (a write to an open file) or
+    named a temporary file of it; None when it is no such failure."""
+    while err is not None and not (isinstance(err, OSError) and err.errno in OS_FAILURES):
+        err = err.__cause__ or err.__context__
+    if err is None:
+        return None
+    outputs = " and ".join(f"{flag} {kwargs[name]}" for name, flag in OUTPUT_FLAGS.items() if kwargs.get(name) is not None)
+    if err.filename is not None and not (outputs and err.errno in (errno.ENOSPC, errno.EDQUOT)):
+        where = "at " + " -> ".join(str(f) for f in (err.filename, err.filename2) if f is not None)
+        where += f" (writing {outputs})" if outputs else ""
+    else:
+        where = f"writing {outputs}" if outputs else "reading or writing a file"
+    reason = err.strerror or os.strerror(err.errno)
+    return f"{reason} ({errno.errorcode[err.errno]}) {where}; the command stopped and left nothing half-written. {OS_FAILURES[err.errno]}"
+
+
 def handle_errors(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -77,6 +109,11 @@ def handle_errors(fn):
             fail(str(err))
         except KeyboardInterrupt:
             fail("interrupted; nothing was written.", 130)
+        except Exception as err:  # noqa: BLE001 (re-raised unless it is an OS failure the user fixes)
+            message = os_failure(err, kwargs)
+            if message is None:
+                raise
+            fail(message)
 
     return wrapper
 
@@ -89,7 +126,7 @@ def export(
     output: Path | None = typer.Option(None, help="Artifact directory (default artifacts/<config stem>/)."),
     model: str | None = typer.Option(None, help="Override `model` (a timm ViT name)."),
     method: str | None = typer.Option(None, help="Override `merge.method`."),
-    r: str | None = typer.Option(None, "--r", help="Override `merge.r`: 16 | 8,8,4 | 16:-1 (r:inflection)."),
+    r: str | None = typer.Option(None, "--r", help="Override `merge.r`: 16 | 8,8,4,... (one per block) | 16:-1 (r:inflection)."),
     precision: str | None = typer.Option(None, help="Override `export.precision`: fp32 | fp16 | bf16 (precision lives in the graph)."),
     fmt: str = typer.Option(
         "onnx",

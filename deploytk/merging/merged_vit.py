@@ -219,7 +219,7 @@ def build_merged(
 ) -> MergedViT:
     """``vit`` with ``method`` at the schedule ``r_spec`` (an int, a per-block list or (r, inflection)), giving ``output``."""
     family = adapt(vit)
-    return MergedViT(family, method(family, parse_r(family.depth, r_spec), options), prop_attn, output)
+    return MergedViT(family, method(family, parse_r(family.depth, r_spec, family.architecture), options), prop_attn, output)
 
 
 def _check_stem(family: ModelFamily, reduction: Reduction, blocks_run: int) -> None:

@@ -4,15 +4,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from deploytk.errors import DeploytkError
 
-def parse_r(num_layers: int, r: int | list[int] | tuple[int, float]) -> list[int]:
+
+def parse_r(num_layers: int, r: int | list[int] | tuple[int, float], model: str = "the model") -> list[int]:
     """Expand an r spec into one r per layer (ToMe's ``parse_r`` semantics).
 
-    int -> constant; list -> per layer, padded with 0; (r, inflection) -> linear ramp from
+    int -> constant; list -> one r per layer, exactly ``num_layers`` of them; (r, inflection) -> linear ramp from
     int(r * (1 - inflection)) to 2r minus that, so (r, -1) is the paper's decreasing schedule.
+
+    A list of another length is refused (ToMe pads a short one with 0 and ignores extra entries): an export would
+    silently drop the extra entries while its manifest and ``inspect`` counted them, and a short list is as likely a
+    schedule written for another model. This is the one place the r list meets the model's depth, for every command.
     """
     if isinstance(r, list):
-        return list(r) + [0] * max(0, num_layers - len(r))
+        if len(r) != num_layers:
+            raise DeploytkError(
+                f"`merge.r` lists {len(r)} values, one per block, but {model} has {num_layers} blocks; "
+                f"a per-block r list must have exactly {num_layers}.",
+                hint=f"Write {num_layers} values (0 for a block that does not reduce), or one int for every block.",
+            )
+        return list(r)
     inflection = 0.0
     if isinstance(r, tuple):
         r, inflection = r

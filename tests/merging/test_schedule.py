@@ -1,3 +1,6 @@
+import pytest
+
+from deploytk.errors import DeploytkError
 from deploytk.merging.schedule import cap_schedule, parse_r
 
 
@@ -5,8 +8,15 @@ def test_constant_r():
     assert parse_r(12, 16) == [16] * 12
 
 
-def test_list_is_padded_with_zero():
-    assert parse_r(5, [8, 4]) == [8, 4, 0, 0, 0]
+def test_list_gives_one_r_per_block():
+    assert parse_r(5, [8, 4, 0, 2, 1]) == [8, 4, 0, 2, 1]
+
+
+@pytest.mark.parametrize("given", [2, 7])
+def test_a_list_of_another_length_than_the_blocks_is_refused_naming_both_counts(given):
+    with pytest.raises(DeploytkError) as err:
+        parse_r(5, [4] * given, "deit_tiny")
+    assert f"`merge.r` lists {given} values, one per block, but deit_tiny has 5 blocks" in str(err.value)
 
 
 def test_inflection_schedule_matches_hand_computation():
