@@ -266,14 +266,17 @@ def validate_each(
     reference_model = TorchModel(reference, img, "cpu", artifact.output_names)
     feeds = [{INPUT_NAME: b} for b in batches]
     images = sum(len(b) for b in batches)
-    progress.step(f"running {images} images through the PyTorch reference")
+    progress.start(images, f"running {images} images through the PyTorch reference")
     with contextlib.redirect_stdout(sys.stderr), _polygraphy_quiet(artifact):  # Polygraphy logs to stdout; keep it for --json
-        reference_results = Comparator.run([ModelRunner(reference_model, img, "pytorch-reference")], data_loader=feeds)
+        reference_results = Comparator.run(
+            [ModelRunner(reference_model, img, "pytorch-reference", on_batch=progress.advance)], data_loader=feeds
+        )
     reports = []
     for candidate in candidates:
-        progress.step(f"running {images} images through {candidate.backend.name}")
+        progress.start(images, f"running {images} images through {candidate.backend.name}")
         with contextlib.redirect_stdout(sys.stderr), _polygraphy_quiet(artifact):
-            own = Comparator.run([ModelRunner(candidate.loaded, img, candidate.backend.name)], data_loader=feeds)
+            runner = ModelRunner(candidate.loaded, img, candidate.backend.name, on_batch=progress.advance)
+            own = Comparator.run([runner], data_loader=feeds)
             results = RunResults(list(reference_results.items()) + list(own.items()))
             accuracy = Comparator.compare_accuracy(
                 results, compare_func=SimpleCompareFunc(atol=tol.atol, rtol=tol.rtol, check_error_stat="max")
