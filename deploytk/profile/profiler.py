@@ -54,8 +54,8 @@ def slower_than_dense(results: list[dict], backend: Backend, r) -> list[dict]:
             continue
         schedule = f"a lower r than {r}" if r is not None else "a milder schedule (a higher keep rate)"
         suggestions = [
-            f"a larger batch than {b} (--batch-sizes): the reduction's own ops cost about the same per batch, the tokens it "
-            "removes save more as the batch grows",
+            f"a larger batch than {b} (--batch-sizes): the merge ops' fixed cost per run is shared by more images, and the "
+            "tokens they remove save more",
             f"{schedule}: on a small model the merge ops can cost more than the tokens they remove (deploytk tune finds the "
             "least aggressive schedule that meets a latency budget)",
         ]
