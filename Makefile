@@ -1,4 +1,5 @@
-# Quickstart: `make demo` (install + export + validate + profile), then `make test`.
+# Quickstart: `make demo` (install + export + validate + profile), then `make test`. The demo's export writes the inlined
+# copy too (--format onnx-inlined): the README's OpenVINO snippet reads it (tests/test_readme_snippets.py runs it).
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -30,7 +31,7 @@ $(SERVE_VENV)/.installed: serving/requirements.txt
 demo: install
 	$(BIN)/deploytk doctor
 	$(BIN)/deploytk inspect
-	$(BIN)/deploytk export
+	$(BIN)/deploytk export --format onnx-inlined
 	$(BIN)/deploytk validate $(DEMO_DIR)
 	$(BIN)/deploytk profile $(DEMO_DIR) --batch-sizes 1,8
 

@@ -360,8 +360,8 @@ def test_an_interrupted_export_leaves_nothing_behind(tmp_path, sig):
 
 
 def test_no_warning_comes_from_deploytk_s_own_code(artifact):
-    """The CLI filters no warnings (a blanket filter hid a user's real problems); deploytk itself raises none, e.g. by
-    calling a deprecated API (Polygraphy's CompareFunc.simple did)."""
+    """The CLI filters only third-party warnings (cli/quiet.py, by module: a blanket filter hid a user's real problems);
+    deploytk itself raises none, e.g. by calling a deprecated API (Polygraphy's CompareFunc.simple did)."""
     import warnings
 
     with warnings.catch_warnings(record=True) as caught:

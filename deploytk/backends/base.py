@@ -121,10 +121,12 @@ def seeded_batch(batch_size: int, img_size) -> np.ndarray:
 class ModelRunner(BaseRunner):
     """A loaded model as a Polygraphy runner, so any backend plugs into Polygraphy's Comparator."""
 
-    def __init__(self, model: LoadedModel, img_size, name: str):
+    def __init__(self, model: LoadedModel, img_size, name: str, on_batch: Callable[[int], None] | None = None):
+        """``on_batch(images)`` after each batch: how the validator counts images done."""
         super().__init__(name=name, prefix="deploytk-runner")
         self.model = model
         self.img_size = tuple(img_size)
+        self.on_batch = on_batch
 
     def get_input_metadata_impl(self):
         return TensorMetadata().add(INPUT_NAME, dtype=np.float32, shape=("batch", 3, *self.img_size))
@@ -137,6 +139,9 @@ class ModelRunner(BaseRunner):
 
     def infer_impl(self, feed_dict):
         start = time.perf_counter()
-        out = self.model.run(np.ascontiguousarray(feed_dict[INPUT_NAME]))
+        batch = np.ascontiguousarray(feed_dict[INPUT_NAME])
+        out = self.model.run(batch)
         self.inference_time = time.perf_counter() - start
+        if self.on_batch is not None:
+            self.on_batch(len(batch))
         return OrderedDict(out)

@@ -4,7 +4,8 @@ Commands: export | quantize | validate | profile | tune | inspect | visualize | 
 | plugins compile | doctor | clean. Each parses its options, calls one library function and prints the
 result (``render``). Every command exits 0 on success; a DeploytkError prints one paragraph to stderr and exits
 2 (validate and selftest exit 1 when their check fails). ``--json`` prints exactly one JSON
-object on stdout and nothing else there; progress goes to stderr.
+object on stdout and nothing else there; progress goes to stderr. Third-party libraries' warnings are silenced at
+their sources (``quiet.py``) unless ``deploytk --verbose COMMAND``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from deploytk.backends import BACKENDS, DEFAULT_BACKEND
 from deploytk.build.builder import build_engine
 from deploytk.build.options import build_options
 from deploytk.calibrate import calibrate_config
-from deploytk.cli import render
+from deploytk.cli import quiet, render
 from deploytk.cli.render import RichProgress, emit_json, fail
 from deploytk.config import DEFAULT_CONFIG, default_config, load_config_with_overrides
 from deploytk.doctor import environment_report
@@ -53,6 +54,21 @@ plugins_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Ten
 app.add_typer(plugins_app, name="plugins")
 JSON = typer.Option(False, "--json", help="Print the result as one JSON object on stdout.")
 VALIDATING_BACKENDS = " | ".join(n for n, b in BACKENDS.items() if b.validates)
+
+
+@app.callback()
+def main_options(
+    ctx: typer.Context,
+    verbose: bool = typer.Option(
+        False,
+        "--verbose",
+        help="Let torch's, ONNX Runtime's, Polygraphy's, OpenVINO's and the other libraries' warnings through to stderr "
+        "(silenced by default; deploytk's own notes and every error always print). Before the command: deploytk --verbose validate DIR.",
+    ),
+):
+    """deploytk: deploy token-reducing Vision Transformers to ONNX Runtime and TensorRT."""
+    if not verbose:
+        ctx.with_resource(quiet.third_party_quiet())
 
 
 CONFIG_HELP = f"Export config YAML [default: {DEFAULT_CONFIG}, found beside the package, not in the working folder]."
@@ -546,9 +562,8 @@ def _terminated(signum, frame):
 
 
 def main():  # console-script entry point
-    # No warning is silenced: a blanket filter would hide a user's real problem too. Python already hides
-    # DeprecationWarnings raised outside __main__; none of the commands emits another with the pinned versions
-    # (tests/test_hostile_inputs.py holds deploytk's own code to that).
+    # Third-party warnings are silenced at their sources by main_options (quiet.py) unless --verbose; deploytk's own
+    # are never filtered (tests/test_hostile_inputs.py holds deploytk's code to raising none with the pinned versions).
     signal.signal(signal.SIGTERM, _terminated)
     render.show_notices()
     app()

@@ -10,8 +10,9 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from deploytk import progress as library_progress
 from deploytk.backends import BACKENDS
@@ -51,17 +52,42 @@ def emit_json(obj: dict) -> None:
     sys.stdout.write(json.dumps(obj, indent=2) + "\n")
 
 
-class RichProgress(library_progress.Progress):
-    """The library's progress on stderr: a spinner with the current step, a bar for counted phases."""
+class _Counted(ProgressColumn):
+    """A column shown only while the phase has a known size: a step of unknown length shows no bar and no ``0/?``."""
 
-    def __init__(self, enabled: bool = True):
+    def __init__(self, column: ProgressColumn):
+        super().__init__()
+        self.column = column
+
+    def render(self, task) -> Text:
+        return Text("") if task.total is None else self.column.render(task)
+
+
+class _Count(ProgressColumn):
+    """``done/total`` of a counted phase."""
+
+    def render(self, task) -> Text:
+        return Text(f"{int(task.completed)}/{int(task.total)}", style="progress.download")
+
+
+class RichProgress(library_progress.Progress):
+    """The library's progress on stderr: a spinner with the current step, a bar and ``done/total`` for counted phases."""
+
+    def __init__(self, enabled: bool = True, console: Console | None = None):
         self.enabled = enabled
+        self.console = console or err_console
         self._bar = None
 
     def __enter__(self) -> RichProgress:
         if self.enabled:
-            columns = (SpinnerColumn(), TextColumn("[cyan]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-            self._bar = Progress(*columns, console=err_console, transient=True)
+            columns = (
+                SpinnerColumn(),
+                TextColumn("[cyan]{task.description}"),
+                _Counted(BarColumn()),
+                _Counted(_Count()),
+                TimeElapsedColumn(),
+            )
+            self._bar = Progress(*columns, console=self.console, transient=True)
             self._bar.__enter__()
             self._task = self._bar.add_task("starting", total=None)
         return self
@@ -78,9 +104,9 @@ class RichProgress(library_progress.Progress):
         if self._bar is not None:
             self._bar.reset(self._task, total=total, description=message)
 
-    def advance(self) -> None:
+    def advance(self, units: int = 1) -> None:
         if self._bar is not None:
-            self._bar.advance(self._task)
+            self._bar.advance(self._task, units)
 
 
 def _table(title: str, columns, **kwargs) -> Table:
@@ -257,6 +283,10 @@ def profile(result: dict, json_out: bool) -> None:
             f"{row['speedup_vs_dense']:.2f}x",
         )
     out_console.print(table)
+    for warning in result["warnings"]:
+        out_console.print(f"[yellow]warning:[/] {escape(warning['message'])}; try:")
+        for suggestion in warning["suggestions"]:
+            out_console.print(f"  - {escape(suggestion)}")
 
 
 def tune(report: dict, json_out: bool) -> None:

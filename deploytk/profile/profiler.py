@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from deploytk.backends import Backend, get_backend
+from deploytk.backends import BACKENDS, Backend, get_backend
 from deploytk.errors import DeploytkError
 from deploytk.export.artifacts import Artifact
 from deploytk.progress import SILENT, Progress
@@ -40,6 +40,38 @@ def parse_batch_sizes(spec: str) -> list[int]:
         raise DeploytkError(f"--batch-sizes {spec!r} must be comma-separated ints, e.g. 1,8,32.") from None
 
 
+def slower_than_dense(results: list[dict], backend: Backend, r) -> list[dict]:
+    """One warning per batch size where the reduced model is slower than dense (speedup < 1), with what to try.
+
+    A profile that only prints 0.85x leaves the user to guess whether the export is broken: on a small model at a small
+    batch the merge ops' fixed cost can exceed what the removed tokens save, and what helps is known.
+    """
+    others = [n for n, b in BACKENDS.items() if b.validates and n != backend.name and b.device() == backend.device()]
+    warnings = []
+    for row in results:
+        b, speedup = row["batch_size"], row["speedup_vs_dense"]
+        if speedup >= 1:
+            continue
+        schedule = f"a lower r than {r}" if r is not None else "a milder schedule (a higher keep rate)"
+        suggestions = [
+            f"a larger batch than {b} (--batch-sizes): the merge ops' fixed cost per run is shared by more images, and the "
+            "tokens they remove save more",
+            f"{schedule}: on a small model the merge ops can cost more than the tokens they remove (deploytk tune finds the "
+            "least aggressive schedule that meets a latency budget)",
+        ]
+        if others:
+            suggestions.append("the other runtime: " + " or ".join(f"--backend {n}" for n in others))
+        warnings.append(
+            {
+                "batch_size": b,
+                "speedup_vs_dense": speedup,
+                "message": f"at batch {b} the reduced model is slower than dense ({speedup:.2f}x on {backend.name})",
+                "suggestions": suggestions,
+            }
+        )
+    return warnings
+
+
 def profile(
     directory: Path, backend: str | Backend, batch_sizes: list[int], warmup: int, iterations: int, progress: Progress = SILENT
 ) -> dict:
@@ -53,15 +85,17 @@ def profile(
     results = []
     for b in batch_sizes:
         run_merged, run_dense = merged.timer(b), dense.timer(b)
-        progress.step(f"batch {b}: warm-up")
+        progress.start(warmup, f"batch {b}: {warmup} warm-up runs of each model")
         for _ in range(warmup):
             run_merged()
             run_dense()
+            progress.advance()
         merged_t, dense_t = [], []
-        progress.step(f"batch {b}: {iterations} alternating iterations")
+        progress.start(iterations, f"batch {b}: {iterations} timed runs of each model, alternating")
         for _ in range(iterations):
             merged_t.append(run_merged())
             dense_t.append(run_dense())
+            progress.advance()
         merged_s, dense_s = latency_stats(merged_t, b), latency_stats(dense_t, b)
         speedup = round(dense_s["latency_ms"]["p50"] / merged_s["latency_ms"]["p50"], 3)
         results.append({"batch_size": b, **merged_s, "speedup_vs_dense": speedup, "dense": dense_s})
@@ -81,4 +115,5 @@ def profile(
         "warmup": warmup,
         "iterations": iterations,
         "results": results,
+        "warnings": slower_than_dense(results, backend, manifest["config"]["merge"].get("r")),
     }

@@ -227,6 +227,20 @@ def validate(
     return validate_each(directory, [backend], batches, tol, progress, reference)[0]
 
 
+@contextlib.contextmanager
+def _polygraphy_quiet(artifact: Artifact):
+    """Polygraphy's INFO lines never; its [E] lines only where the caller has not quieted it further (the CLI does, unless
+    --verbose); for int8 not at all (the element-wise check is not judged there, so its FAILED lines would mislead).
+    Its level is put back afterwards."""
+    before = G_LOGGER.module_severity
+    floor = G_LOGGER.CRITICAL if artifact.quantization else G_LOGGER.ERROR
+    G_LOGGER.module_severity = max(floor, before.get())
+    try:
+        yield
+    finally:
+        G_LOGGER.module_severity = before
+
+
 def validate_each(
     directory: Path,
     backends: list[str | Backend],
@@ -252,15 +266,17 @@ def validate_each(
     reference_model = TorchModel(reference, img, "cpu", artifact.output_names)
     feeds = [{INPUT_NAME: b} for b in batches]
     images = sum(len(b) for b in batches)
-    G_LOGGER.module_severity = G_LOGGER.CRITICAL if artifact.quantization else G_LOGGER.ERROR  # int8: element-wise not judged
-    progress.step(f"running {images} images through the PyTorch reference")
-    with contextlib.redirect_stdout(sys.stderr):  # Polygraphy logs to stdout; keep it for --json
-        reference_results = Comparator.run([ModelRunner(reference_model, img, "pytorch-reference")], data_loader=feeds)
+    progress.start(images, f"running {images} images through the PyTorch reference")
+    with contextlib.redirect_stdout(sys.stderr), _polygraphy_quiet(artifact):  # Polygraphy logs to stdout; keep it for --json
+        reference_results = Comparator.run(
+            [ModelRunner(reference_model, img, "pytorch-reference", on_batch=progress.advance)], data_loader=feeds
+        )
     reports = []
     for candidate in candidates:
-        progress.step(f"running {images} images through {candidate.backend.name}")
-        with contextlib.redirect_stdout(sys.stderr):
-            own = Comparator.run([ModelRunner(candidate.loaded, img, candidate.backend.name)], data_loader=feeds)
+        progress.start(images, f"running {images} images through {candidate.backend.name}")
+        with contextlib.redirect_stdout(sys.stderr), _polygraphy_quiet(artifact):
+            runner = ModelRunner(candidate.loaded, img, candidate.backend.name, on_batch=progress.advance)
+            own = Comparator.run([runner], data_loader=feeds)
             results = RunResults(list(reference_results.items()) + list(own.items()))
             accuracy = Comparator.compare_accuracy(
                 results, compare_func=SimpleCompareFunc(atol=tol.atol, rtol=tol.rtol, check_error_stat="max")
