@@ -19,6 +19,7 @@ from filelock import FileLock
 
 from helpers.configs import digits_config
 
+
 def tree_digest(folder: Path) -> str:
     """sha256 over every file's relative path and bytes."""
     digest = hashlib.sha256()
