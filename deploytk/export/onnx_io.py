@@ -105,8 +105,8 @@ def _copy_field(target, field, value) -> None:
 
 
 def _is_repeated(field) -> bool:
-    """Protobuf 7 removed ``FieldDescriptor.label`` (its ``is_repeated``, added in 6.31, replaces it); the declared ranges
-    admit protobuf from before 6.31 too (onnx needs >= 4.25), so ask whichever the installed protobuf has."""
+    """Protobuf 7 removed ``FieldDescriptor.label`` (``is_repeated``, added in 6.31, replaces it); ``onnx>=1.17`` admits
+    protobuf from before 6.31 too (onnx 1.23 needs 6.31.1, older releases less), so ask whichever the installed one has."""
     is_repeated = getattr(field, "is_repeated", None)
     if is_repeated is not None:
         return bool(is_repeated)
