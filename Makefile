@@ -10,7 +10,7 @@ DEMO_DIR := artifacts/deit_small_tome_r16
 # The local Triton Inference Server's environment (serving/README.md): nvidia-pytriton's tritonserver, numpy < 2.
 SERVE_VENV := .venv-serve
 
-.PHONY: install serve-env demo lint test slow ci coverage test-all gpu-bench device-kit clean
+.PHONY: install serve-env demo lint test slow extras-smoke ci coverage test-all gpu-bench device-kit clean
 
 install: $(BIN)/.installed
 
@@ -63,8 +63,15 @@ test: lint serve-env
 slow: install serve-env
 	$(call run_pytest,$(SLOW_TESTS))
 
-# The quick check, then the slow tier: what .ci/run runs, at most 60 minutes (CONTRIBUTING.md has the times).
-ci: test slow
+# Every extra on its own: core, [openvino], [int8], [hf] and [serve] each in a fresh venv of the torch pair and that
+# extra alone, with its smoke command (scripts/extras_smoke.sh). The suite's venv has [test], whose tritonclient pins
+# protobuf below 7: a bare `pip install -e ".[openvino]"` resolves protobuf 7, which only this sees.
+extras-smoke:
+	PYTHON=$(PYTHON) TORCH_PAIR="$(TORCH_PAIR)" scripts/extras_smoke.sh
+
+# The quick check, the slow tier, then every extra on its own: what .ci/run runs, at most 60 minutes (CONTRIBUTING.md
+# has the times).
+ci: test slow extras-smoke
 
 # Line coverage of deploytk/, plugins/ and serving/ under the default suite (`make coverage TESTS=` for every CPU test).
 TESTS ?= $(DEFAULT_TESTS)

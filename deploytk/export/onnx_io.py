@@ -95,12 +95,22 @@ def restore_weights(skeleton: onnx.ModelProto, proto: onnx.ModelProto) -> onnx.M
 
 
 def _copy_field(target, field, value) -> None:
-    if field.label == field.LABEL_REPEATED:
+    """Set ``field`` (a descriptor from ``ListFields``) on ``target`` to ``value``: extend a repeated field, copy a message."""
+    if _is_repeated(field):
         getattr(target, field.name).extend(value)
     elif field.type == field.TYPE_MESSAGE:
         getattr(target, field.name).CopyFrom(value)
     else:
         setattr(target, field.name, value)
+
+
+def _is_repeated(field) -> bool:
+    """Protobuf 7 removed ``FieldDescriptor.label`` (``is_repeated``, added in 6.31, replaces it); ``onnx>=1.17`` admits
+    protobuf from before 6.31 too (onnx 1.23 needs 6.31.1, older releases less), so ask whichever the installed one has."""
+    is_repeated = getattr(field, "is_repeated", None)
+    if is_repeated is not None:
+        return bool(is_repeated)
+    return field.label == field.LABEL_REPEATED
 
 
 @contextlib.contextmanager

@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# Every extra works on its own (issue 41): for the core package and each extra, a fresh venv with only the torch pair
+# and `pip install -e ".[EXTRA]"`, then that extra's smoke command, then the venv is removed. The suite's own venv has
+# the [test] extra, whose tritonclient pins protobuf below 7, so it never sees what `pip install -e ".[openvino]"` alone
+# resolves (protobuf 7, which broke validate --backend openvino).
+#
+#   scripts/extras_smoke.sh [EXTRA ...]     (default: core openvino int8 hf serve; `make extras-smoke`)
+#
+# PYTHON (python3) makes the venvs; TORCH_PAIR (the Makefile's) is installed once into a base venv, which each extra's
+# venv copies with hard links (`cp -al`: seconds, no disk) before pip resolves the extra into the copy: the extra's
+# own dependencies (protobuf, onnx, openvino, ...) are resolved fresh, as on a user's machine, and torch is not
+# installed five times (5.5 GB and about a minute each). pip replaces a file by unlinking it, so the base stays as it
+# was; the script checks that nothing in it changed. The extras install with --no-compile (a third of pip's time is
+# byte-compiling packages the smoke mostly never imports; Python compiles what it imports). The venvs live in a new
+# folder under EXTRAS_SMOKE_DIR (default: TMPDIR or /tmp; about 7 GB free), removed at the end.
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+PYTHON="${PYTHON:-python3}"
+TORCH_PAIR="${TORCH_PAIR:-$(sed -n 's/^TORCH_PAIR := //p' "$ROOT/Makefile")}"
+EXTRAS=("$@")
+[ ${#EXTRAS[@]} -gt 0 ] || EXTRAS=(core openvino int8 hf serve)
+WORK="$(mktemp -d -p "${EXTRAS_SMOKE_DIR:-${TMPDIR:-/tmp}}" deploytk-extras.XXXXXX)" || exit 1
+trap 'rm -rf "$WORK"' EXIT
+PIP=(-m pip install --quiet --disable-pip-version-check)
+CONFIG="$ROOT/export_configs/digits_vit_tome_r4.yaml" # the digits ViT: its weights ship in assets/, no download
+SHOWN=(torch torchvision numpy protobuf onnx onnxruntime openvino nncf transformers tritonclient)
+
+fail() { # the extra, the step, and the log of the step
+	echo "extras-smoke: FAILED [$1]: $2" >&2
+	[ -f "$3" ] && tail -n 40 "$3" >&2
+	exit 1
+}
+
+step() { # extra, log file, what, command...: run it, fail loudly with the extra's name when it fails
+	local extra=$1 log=$2 what=$3 t0
+	shift 3
+	t0=$(date +%s)
+	"$@" >"$log" 2>&1 || fail "$extra" "$what (exit $?)" "$log"
+	echo "  [$extra] $what: $(($(date +%s) - t0)) s"
+}
+
+versions() { # what pip resolved in a venv, one line
+	"$1/bin/python" - "${SHOWN[@]}" <<'EOF'
+import sys
+from importlib.metadata import PackageNotFoundError, version
+
+
+def have(name):
+    try:
+        return f"{name} {version(name)}"
+    except PackageNotFoundError:
+        return None
+
+
+print("resolved: " + ", ".join(filter(None, map(have, sys.argv[1:]))))
+EOF
+}
+
+for extra in "${EXTRAS[@]}"; do # before the base venv's minute: a name without a smoke command
+	case "$extra" in
+	core | openvino | int8 | hf | serve) ;;
+	*) fail "$extra" "no smoke command for this extra (core, openvino, int8, hf, serve)" /dev/null ;;
+	esac
+done
+
+start=$(date +%s)
+BASE="$WORK/base"
+echo "extras-smoke: base venv ($PYTHON, $TORCH_PAIR) in $BASE"
+step base "$WORK/base.log" "venv + $TORCH_PAIR" bash -c "'$PYTHON' -m venv '$BASE' && '$BASE/bin/python' ${PIP[*]} $TORCH_PAIR"
+touch "$WORK/base.stamp"
+sleep 1 # file times have one-second resolution on some file systems: a change in the same second must still show
+
+for extra in "${EXTRAS[@]}"; do
+	t0=$(date +%s)
+	venv="$WORK/venv-$extra" run="$WORK/run-$extra" log="$WORK/$extra.log"
+	spec="$ROOT"
+	[ "$extra" = core ] || spec="$ROOT[$extra]"
+	rm -rf "$venv" "$run" && mkdir -p "$run"
+	cp -al "$BASE" "$venv" || fail "$extra" "cp -al of the base venv" /dev/null
+	step "$extra" "$log" "pip install -e '$spec'" "$venv/bin/python" "${PIP[@]}" --no-compile -e "$spec"
+	echo "  [$extra] $(versions "$venv")"
+	py="$venv/bin/python"
+	dt() { "$py" -m deploytk "$@"; } # the copy's console scripts would name the base's python: run the module
+	cd "$run" || exit 1
+	case "$extra" in
+	core)
+		step "$extra" "$log" "export $(basename "$CONFIG")" dt export "$CONFIG" --output art
+		step "$extra" "$log" "validate --backend ort" dt validate art --backend ort --num-images 16
+		;;
+	openvino)
+		step "$extra" "$log" "export $(basename "$CONFIG")" dt export "$CONFIG" --output art
+		step "$extra" "$log" "validate --backend openvino" dt validate art --backend openvino --num-images 16
+		# without [int8], quantize refuses with the extra to install (exit 2), not a traceback
+		echo "  [$extra] quantize --runtime openvino refuses without NNCF"
+		dt quantize art --runtime openvino --synthetic 16 --output art-int8 >"$log" 2>&1
+		rc=$?
+		{ [ $rc -eq 2 ] && grep -q "deploytk\[int8\]" "$log" && [ ! -e art-int8 ]; } ||
+			fail "$extra" "quantize without NNCF: exit $rc, wanted 2 naming deploytk[int8] and writing nothing" "$log"
+		;;
+	int8)
+		step "$extra" "$log" "export $(basename "$CONFIG")" dt export "$CONFIG" --output art
+		step "$extra" "$log" "quantize --runtime openvino" dt quantize art --runtime openvino --synthetic 32 --output art-int8
+		step "$extra" "$log" "validate the int8 IR --backend openvino" dt validate art-int8 --backend openvino --num-images 16
+		;;
+	hf)
+		# a transformers family: a tiny ViT built from a config with seeded random weights (no download), named by hf:
+		step "$extra" "$log" "save_pretrained a tiny ViTForImageClassification" "$py" -c '
+import torch, transformers
+torch.manual_seed(0)
+config = transformers.ViTConfig(hidden_size=64, num_hidden_layers=4, num_attention_heads=2, intermediate_size=128,
+                                image_size=32, patch_size=4, num_labels=10)
+transformers.ViTForImageClassification(config).eval().save_pretrained("vit")
+open("hf_vit_tome.yaml", "w").write("model: hf:vit\nmerge:\n  method: tome\n  r: 4\nexport:\n  img_size: null\n  batch_size: 2\n")'
+		step "$extra" "$log" "export hf:vit (tome r=4)" dt export hf_vit_tome.yaml --output art
+		step "$extra" "$log" "validate --backend ort" dt validate art --backend ort --num-images 16
+		;;
+	serve)
+		step "$extra" "$log" "export $(basename "$CONFIG")" dt export "$CONFIG" --output art
+		step "$extra" "$log" "package --triton" dt package art --triton repo --name digits
+		# the repository's config.pbtxt, parsed with Triton's own protobuf schema from tritonclient
+		step "$extra" "$log" "parse config.pbtxt with tritonclient's model_config_pb2" "$py" -c '
+from google.protobuf import text_format
+import tritonclient.grpc, tritonclient.http
+from tritonclient.grpc import model_config_pb2
+config = text_format.Parse(open("repo/digits/config.pbtxt").read(), model_config_pb2.ModelConfig())
+assert config.name == "digits" and config.backend == "onnxruntime" and config.max_batch_size == 8, config'
+		;;
+	esac
+	cd "$ROOT" || exit 1
+	echo "  [$extra] passed in $(($(date +%s) - t0)) s"
+	rm -rf "$venv" "$run" & # unlinking 25,000 files takes a while: meanwhile the next extra runs
+done
+wait
+
+changed=$(find "$BASE" -newer "$WORK/base.stamp" -type f | head -5)
+[ -z "$changed" ] || fail base "an extra's install wrote into the shared base venv through a hard link: $changed" /dev/null
+rm -rf "$WORK" # the base's 5.5 GB: its removal is part of the time
+echo "extras-smoke: passed (${EXTRAS[*]}) in $(($(date +%s) - start)) s, the venvs removed"
