@@ -22,6 +22,7 @@ EXTRAS=("$@")
 [ ${#EXTRAS[@]} -gt 0 ] || EXTRAS=(core openvino int8 hf serve)
 WORK="$(mktemp -d -p "${EXTRAS_SMOKE_DIR:-${TMPDIR:-/tmp}}" deploytk-extras.XXXXXX)" || exit 1
 trap 'rm -rf "$WORK"' EXIT
+export DEPLOYTK_CACHE="$WORK/cache" # the dense baselines quantize exports: this run's, never the user's ~/.cache
 PIP=(-m pip install --quiet --disable-pip-version-check)
 CONFIG="$ROOT/export_configs/digits_vit_tome_r4.yaml" # the digits ViT: its weights ship in assets/, no download
 SHOWN=(torch torchvision numpy protobuf onnx onnxruntime openvino nncf transformers tritonclient)
