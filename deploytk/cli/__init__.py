@@ -10,6 +10,7 @@ their sources (``quiet.py``) unless ``deploytk --verbose COMMAND``.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import os
@@ -17,48 +18,41 @@ import signal
 from pathlib import Path
 
 import typer
-from deploytk_plugins.aot import ARCHES, compile_all
 
-from deploytk.analysis.inspect import inspect_config
-from deploytk.backends import BACKENDS, DEFAULT_BACKEND
-from deploytk.build.builder import build_engine
-from deploytk.build.options import build_options
-from deploytk.calibrate import calibrate_config
-from deploytk.cli import quiet, render
+from deploytk.cli import defaults, quiet, render
 from deploytk.cli.render import RichProgress, emit_json, fail
-from deploytk.config import DEFAULT_CONFIG, default_config, load_config_with_overrides
-from deploytk.doctor import environment_report
 from deploytk.errors import DeploytkError
-from deploytk.evaluate.accuracy import evaluate, scan_image_folder
-from deploytk.export.pipeline import run_export
-from deploytk.families import describe_families
-from deploytk.files import stale_entries
-from deploytk.methods import describe_methods
-from deploytk.ops.selftest import run_selftest
-from deploytk.package import DEFAULT_ONNX_MAX_BATCH, package_triton
-from deploytk.profile.profiler import parse_batch_sizes
-from deploytk.profile.profiler import profile as run_profile
-from deploytk.quantize import DEFAULT_CALIBRATION_IMAGES, run_quantize
-from deploytk.tune import PERCENTILES
-from deploytk.tune import tune as run_tune
-from deploytk.validate.validator import PRECISION_TOLERANCES, run_validations
-from deploytk.visualize import REFERENCE as VISUALIZE_REFERENCE
-from deploytk.visualize import backend_names as visualize_backends
-from deploytk.visualize import visualize as run_visualize
+
+# Every library module is imported inside the command that calls it: most import torch, ONNX or OpenVINO, and
+# `deploytk --help`, `--version` and a command's `--help` need none of them (issue 42). Help texts and defaults come
+# from `defaults.py`, whose copies a test holds equal to the library's tables.
 
 # help texts are plain text: rich markup would eat every "[...]" in them (the per-precision defaults did vanish)
 app = typer.Typer(
-    add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None, help=__doc__.splitlines()[0]
+    add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None, help=__doc__.splitlines()[0]
 )
 plugins_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="TensorRT plugin kernels (AOT Triton).")
 app.add_typer(plugins_app, name="plugins")
 JSON = typer.Option(False, "--json", help="Print the result as one JSON object on stdout.")
-VALIDATING_BACKENDS = " | ".join(n for n, b in BACKENDS.items() if b.validates)
+VALIDATING_BACKENDS = " | ".join(defaults.VALIDATING_BACKEND_NAMES)
+
+
+def print_version(value: bool):
+    """``--version``: the package's own version string, read without importing any library module."""
+    if value:
+        from deploytk import __version__
+
+        typer.echo(f"deploytk {__version__}")
+        raise typer.Exit()
+
+
+#: this run's --verbose, set by main_options before every command (typer's vendored click keeps its context to itself)
+_run = {"verbose": False}
 
 
 @app.callback()
 def main_options(
-    ctx: typer.Context,
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=print_version, help="Print deploytk's version and exit."),
     verbose: bool = typer.Option(
         False,
         "--verbose",
@@ -67,15 +61,16 @@ def main_options(
     ),
 ):
     """deploytk: deploy token-reducing Vision Transformers to ONNX Runtime and TensorRT."""
-    if not verbose:
-        ctx.with_resource(quiet.third_party_quiet())
+    _run["verbose"] = verbose  # read by handle_errors, which silences the libraries only once a command's body runs
 
 
-CONFIG_HELP = f"Export config YAML [default: {DEFAULT_CONFIG}, found beside the package, not in the working folder]."
+CONFIG_HELP = f"Export config YAML [default: {defaults.DEFAULT_CONFIG}, found beside the package, not in the working folder]."
 
 
 def given_default_config() -> Path:
     """No CONFIG argument: the default, said on stderr so nobody mistakes it for their own config."""
+    from deploytk.config import default_config
+
     config = default_config()
     render.note(f"no CONFIG given: using the default {config}")
     return config
@@ -83,7 +78,7 @@ def given_default_config() -> Path:
 
 def tolerance_defaults(field: str) -> str:
     """ "[default: fp32 0.0001, fp16 0.05, bf16 0.2]" from the validator's own table."""
-    return "[default: " + ", ".join(f"{p} {getattr(t, field):g}" for p, t in PRECISION_TOLERANCES.items()) + "]"
+    return "[default: " + ", ".join(f"{p} {t[field]:g}" for p, t in defaults.PRECISION_TOLERANCES.items()) + "]"
 
 
 #: OS failures the user fixes, not bugs, and what to do; any other OSError keeps its traceback
@@ -119,19 +114,26 @@ def os_failure(err: BaseException, kwargs: dict) -> str | None:
 def handle_errors(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except DeploytkError as err:
-            fail(str(err))
-        except KeyboardInterrupt:
-            fail("interrupted; nothing was written.", 130)
-        except Exception as err:  # noqa: BLE001 (re-raised unless it is an OS failure the user fixes)
-            message = os_failure(err, kwargs)
-            if message is None:
-                raise
-            fail(message)
+        # entered here, when the command's body runs, not in main_options: `deploytk COMMAND --help` loads no library
+        with contextlib.nullcontext() if _run["verbose"] else quiet.third_party_quiet():
+            return _reported(fn, args, kwargs)
 
     return wrapper
+
+
+def _reported(fn, args, kwargs):
+    """Run one command, a DeploytkError, Ctrl-C or an OS failure the user fixes turned into one paragraph and exit 2."""
+    try:
+        return fn(*args, **kwargs)
+    except DeploytkError as err:
+        fail(str(err))
+    except KeyboardInterrupt:
+        fail("interrupted; nothing was written.", 130)
+    except Exception as err:  # noqa: BLE001 (re-raised unless it is an OS failure the user fixes)
+        message = os_failure(err, kwargs)
+        if message is None:
+            raise
+        fail(message)
 
 
 @app.command()
@@ -159,6 +161,9 @@ def export(
 
     DIR must be new, empty or an earlier export; a folder or file deploytk did not write is refused before any work.
     """
+    from deploytk.config import load_config_with_overrides
+    from deploytk.export.pipeline import run_export
+
     overrides = {"checkpoint": str(checkpoint) if checkpoint else None, "model": model, "method": method, "r": r, "precision": precision}
     config = config or given_default_config()
     cfg = load_config_with_overrides(config, **overrides)
@@ -179,7 +184,7 @@ def quantize(
     ),
     data: Path | None = typer.Option(None, "--data", help="Folder of real calibration images (recursively), e.g. your training split."),
     synthetic: int | None = typer.Option(None, "--synthetic", help="Calibrate on N seeded noise images instead (no real ranges)."),
-    num_images: int = typer.Option(DEFAULT_CALIBRATION_IMAGES, help="Calibration images taken from --data."),
+    num_images: int = typer.Option(defaults.DEFAULT_CALIBRATION_IMAGES, help="Calibration images taken from --data."),
     output: Path | None = typer.Option(None, help="New artifact directory (default: DIR-int8-RUNTIME beside DIR)."),
     force: bool = typer.Option(False, "--force", help="OUTPUT is an earlier artifact that also holds other files: keep them."),
     json_out: bool = JSON,
@@ -190,6 +195,8 @@ def quantize(
     Only the ops with weights become int8; the merge / selection choices, their inputs, attention products, softmax and
     norms stay fp32. Written atomically; bad input is refused before anything is written.
     """
+    from deploytk.quantize import run_quantize
+
     with RichProgress(not json_out) as progress:
         manifest = run_quantize(
             directory, runtime, output=output, data=data, synthetic=synthetic, num_images=num_images, force=force, progress=progress
@@ -202,7 +209,7 @@ def quantize(
 def validate(
     directory: Path = typer.Argument(..., help="Artifact directory written by `deploytk export`."),
     backend: str = typer.Option(
-        DEFAULT_BACKEND,
+        defaults.DEFAULT_BACKEND,
         help=VALIDATING_BACKENDS + ". Several, comma-separated (ort,openvino): each judged, the reference run once.",
     ),
     images: Path | None = typer.Option(None, help="Folder of real images (default: 64 seeded synthetic images)."),
@@ -229,6 +236,8 @@ def validate(
     tolerance, and the reference replayed with the backend's choices matches it, the image
     counts as a near-tie branch flip (listed in the report) and is checked against the replay.
     """
+    from deploytk.validate.validator import run_validations
+
     tolerances = {
         "atol": atol,
         "rtol": rtol,
@@ -249,13 +258,16 @@ def validate(
 @handle_errors
 def profile(
     directory: Path = typer.Argument(..., help="Artifact directory written by `deploytk export`."),
-    backend: str = typer.Option(DEFAULT_BACKEND, help=" | ".join(BACKENDS)),
+    backend: str = typer.Option(defaults.DEFAULT_BACKEND, help=" | ".join(defaults.BACKEND_NAMES)),
     batch_sizes: str = typer.Option("1,8", help="Comma-separated batch sizes, e.g. 1,8,32."),
     warmup: int = typer.Option(5, help="Warm-up runs per model and batch size."),
     iterations: int = typer.Option(20, help="Timed runs per model and batch size (alternating)."),
     json_out: bool = JSON,
 ):
     """Latency of the merged model and of the same weights without merging, measured in one run."""
+    from deploytk.profile.profiler import parse_batch_sizes
+    from deploytk.profile.profiler import profile as run_profile
+
     with RichProgress() as progress:
         result = run_profile(directory, backend, parse_batch_sizes(batch_sizes), warmup, iterations, progress)
     render.profile(result, json_out)
@@ -271,6 +283,9 @@ def inspect(
     json_out: bool = JSON,
 ):
     """Token schedule and GFLOPs (fvcore convention) per layer and in total; no weights needed."""
+    from deploytk.analysis.inspect import inspect_config
+    from deploytk.config import load_config_with_overrides
+
     cfg = load_config_with_overrides(config or given_default_config(), model=model, method=method, r=r)
     with RichProgress() as progress:
         report = inspect_config(cfg, progress)
@@ -287,8 +302,8 @@ def visualize(
     ),
     output: Path = typer.Option(Path("merge.png"), "--output", help="PNG to write (atomically)."),
     backend: str = typer.Option(
-        VISUALIZE_REFERENCE,
-        help=" | ".join(visualize_backends())
+        defaults.VISUALIZE_REFERENCE,
+        help=" | ".join(defaults.VISUALIZE_BACKENDS)
         + ": whose choices to draw (reference: the PyTorch reference's; a runtime: the exported graph's there).",
     ),
     artifacts: Path | None = typer.Option(
@@ -299,6 +314,9 @@ def visualize(
     json_out: bool = JSON,
 ):
     """Draw the image with every patch coloured by the token it belongs to after each chosen block (dimmed: dropped, hatched: fused)."""
+    from deploytk.config import load_config_with_overrides
+    from deploytk.visualize import visualize as run_visualize
+
     cfg = load_config_with_overrides(config, checkpoint=str(checkpoint) if checkpoint else None)
     with RichProgress(not json_out) as progress:
         report = run_visualize(
@@ -322,6 +340,8 @@ def methods(
     markdown: bool = typer.Option(False, "--markdown", help="Print the methods as the README's Markdown table."),
 ):
     """List the token-reduction methods (`merge.method`) with their options (`merge.options`)."""
+    from deploytk.methods import describe_methods
+
     render.methods(describe_methods(), json_out, markdown)
 
 
@@ -329,6 +349,8 @@ def methods(
 @handle_errors
 def families(json_out: bool = JSON):
     """List the model families (`model:`) deploytk runs: timm ViTs and the Hugging Face transformers image towers."""
+    from deploytk.families import describe_families
+
     render.families(describe_families(), json_out)
 
 
@@ -345,6 +367,8 @@ def calibrate(
     json_out: bool = JSON,
 ):
     """Run ATM dynamically on calibration data and write a config with a fixed per-layer schedule."""
+    from deploytk.calibrate import calibrate_config
+
     with RichProgress() as progress:
         report = calibrate_config(
             config,
@@ -365,8 +389,8 @@ def tune(
     config: Path = typer.Argument(..., help="Export config YAML whose method's schedule knob is searched."),
     budget_ms: float = typer.Option(..., "--budget-ms", help="Latency budget in milliseconds for one batch."),
     batch: int = typer.Option(8, help="Batch size the budget is for."),
-    backend: str = typer.Option(DEFAULT_BACKEND, help=" | ".join(BACKENDS)),
-    percentile: str = typer.Option("p50", help=" | ".join(PERCENTILES) + ": the latency statistic held to the budget."),
+    backend: str = typer.Option(defaults.DEFAULT_BACKEND, help=" | ".join(defaults.BACKEND_NAMES)),
+    percentile: str = typer.Option("p50", help=" | ".join(defaults.PERCENTILES) + ": the latency statistic held to the budget."),
     data: Path | None = typer.Option(None, "--data", help="ImageFolder: also measure top-1 and pick the most accurate within budget."),
     limit: int | None = typer.Option(256, help="With --data: images used per candidate (class-interleaved)."),
     inflections: str | None = typer.Option(
@@ -379,6 +403,8 @@ def tune(
     json_out: bool = JSON,
 ):
     """Find the least aggressive schedule whose latency meets --budget-ms on this backend and hardware; write it as a config."""
+    from deploytk.tune import tune as run_tune
+
     try:
         inflection_list = [float(v) for v in inflections.split(",")] if inflections else None
     except ValueError:
@@ -418,6 +444,9 @@ def build(
     json_out: bool = JSON,
 ):
     """Build DIR/model.engine (+ baseline.engine, engine.json) with TensorRT and the deploytk plugins (needs TensorRT and a GPU)."""
+    from deploytk.build.builder import build_engine
+    from deploytk.build.options import build_options
+
     options = build_options(
         batch,
         merge_impl=merge_impl,
@@ -440,7 +469,7 @@ def package(
     max_batch: int | None = typer.Option(
         None,
         "--max-batch",
-        help=f"Triton's max_batch_size [default: ONNX {DEFAULT_ONNX_MAX_BATCH}; TensorRT engine: its profile's max, which it may "
+        help=f"Triton's max_batch_size [default: ONNX {defaults.DEFAULT_ONNX_MAX_BATCH}; TensorRT engine: its profile's max, which it may "
         "not exceed].",
     ),
     force: bool = typer.Option(
@@ -464,6 +493,8 @@ def package(
     json_out: bool = JSON,
 ):
     """Write a Triton model repository entry: REPO/NAME/config.pbtxt, 1/model.onnx (model.plan, model.xml), README.md."""
+    from deploytk.package import package_triton
+
     with RichProgress(not json_out) as progress:
         report = package_triton(
             directory, triton, name=name, max_batch=max_batch, force=force, progress=progress, runtime=runtime, images=images
@@ -481,10 +512,13 @@ def eval_accuracy(
     ),
     batch_size: int = typer.Option(64, "--batch-size", help="Images per batch."),
     limit: int | None = typer.Option(None, "--limit", help="Evaluate only N images (class-interleaved, deterministic)."),
-    backend: str = typer.Option(DEFAULT_BACKEND, help="Runtime of the exported model: " + VALIDATING_BACKENDS),
+    backend: str = typer.Option(defaults.DEFAULT_BACKEND, help="Runtime of the exported model: " + VALIDATING_BACKENDS),
     json_out: bool = JSON,
 ):
     """Top-1/top-5 on an ImageFolder of the unmerged model, the merged reference and the exported model on a runtime, with GFLOPs."""
+    from deploytk.config import load_config_with_overrides
+    from deploytk.evaluate.accuracy import evaluate, scan_image_folder
+
     if batch_size < 1:
         raise DeploytkError(f"--batch-size {batch_size}: must be an int >= 1.")
     scan_image_folder(data, limit)  # bad --data / --limit fail before the config is read
@@ -505,6 +539,8 @@ def selftest(
     seed: int = typer.Option(0, help="Seed of the randomized shapes and inputs."),
 ):
     """Run every Triton kernel against the PyTorch reference (GPU natively; CPU via TRITON_INTERPRET=1)."""
+    from deploytk.ops.selftest import run_selftest
+
     with RichProgress(not json_out) as progress:
         report = run_selftest(seed, progress)
     render.selftest(report, json_out)
@@ -514,7 +550,7 @@ def selftest(
 @plugins_app.command("compile")
 @handle_errors
 def plugins_compile(
-    arch: str = typer.Option(..., help=f"GPU architecture: {' | '.join(ARCHES)}."),
+    arch: str = typer.Option(..., help=f"GPU architecture: {' | '.join(defaults.ARCHES)}."),
     output: Path = typer.Option(
         ..., help="Directory for the .ptx files and kernels.json (new, empty or an earlier one; replaced atomically)."
     ),
@@ -524,6 +560,8 @@ def plugins_compile(
     json_out: bool = typer.Option(False, "--json", help="Print kernels.json on stdout."),
 ):
     """Compile every plugin kernel ahead of time to PTX (no GPU needed)."""
+    from deploytk_plugins.aot import compile_all
+
     with RichProgress(not json_out) as progress:
         index = compile_all(arch, output, progress=progress, force=force)
     render.plugins_compile(arch, output, index, json_out)
@@ -533,6 +571,8 @@ def plugins_compile(
 @handle_errors
 def doctor(json_out: bool = JSON):
     """Report versions, ONNX Runtime providers, GPU and TensorRT availability."""
+    from deploytk.doctor import environment_report
+
     report = environment_report()
     if json_out:
         emit_json(report)
@@ -549,6 +589,8 @@ def clean(
 ):
     """Remove what killed deploytk runs left under PATH: .NAME.tmp-* / .NAME.old-* temporaries and lock files whose
     writer is gone (a live writer's are listed as in use and never touched). Nothing else is removed."""
+    from deploytk.files import stale_entries
+
     entries = stale_entries(path, remove=not dry_run)
     report = {"path": str(path), "removed": not dry_run, "entries": entries}
     if json_out:

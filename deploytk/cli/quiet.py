@@ -17,9 +17,6 @@ import logging
 import os
 import warnings
 
-import onnxruntime
-from polygraphy.logger import G_LOGGER
-
 #: ONNX Runtime's own default log severity (WARNING), put back after a run
 ORT_DEFAULT_SEVERITY = 2
 
@@ -72,6 +69,10 @@ class ThirdPartyRecords(logging.Filter):
 def third_party_quiet():
     """Silence third-party warnings at their sources while the command runs; everything is put back on exit (so an
     in-process run, a test's CliRunner, leaves the process as it found it)."""
+    # imported here, not at the top: `deploytk --help` and `--version` load this module and must not start ONNX Runtime
+    import onnxruntime
+    from polygraphy.logger import G_LOGGER
+
     loggers = {name: logging.getLogger(name) for name in THIRD_PARTY}
     levels = {name: logger.level for name, logger in loggers.items()}
     root, records = logging.getLogger(), ThirdPartyRecords()

@@ -15,9 +15,8 @@ from rich.table import Table
 from rich.text import Text
 
 from deploytk import progress as library_progress
-from deploytk.backends import BACKENDS
+from deploytk.cli.defaults import VISUALIZE_REFERENCE
 from deploytk.errors import DeploytkNotice
-from deploytk.visualize import REFERENCE
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 out_console = Console(highlight=False, soft_wrap=True)
@@ -427,6 +426,8 @@ def evaluation(config: Path, report: dict, json_out: bool) -> None:
     for col in ("top-1", f"top-{k}", "GFLOPs"):
         table.add_column(col, justify="right")
     low = report["precision"] + (" emulated" if report["emulation"] else "") if report["precision"] != "fp32" else ""
+    from deploytk.backends import BACKENDS  # imports the runtimes: only here, an eval report (render is loaded by --help)
+
     runtime = BACKENDS[report["backend"]].display_name
     rows = [
         ("dense (timm, unmerged)", report["dense"], report["dense_gflops"]),
@@ -568,7 +569,7 @@ def doctor_extras(table: Table, report: dict) -> None:
 def visualization(report: dict, json_out: bool) -> None:
     if json_out:
         return emit_json(report)
-    source = "the PyTorch reference" if report["backend"] == REFERENCE else f"{report['backend']} (the exported graph's choices)"
+    source = "the PyTorch reference" if report["backend"] == VISUALIZE_REFERENCE else f"{report['backend']} (the exported graph's choices)"
     out_console.print(f"[green]wrote[/] {escape(report['output'])} ({report['method']}, {report['kind']}; choices of {source})")
     table = _table(
         f"{report['patches']} patches of {escape(report['image'])}", ("after block", "tokens", "hold patches", "dropped", "fused")

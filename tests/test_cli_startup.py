@@ -1,0 +1,87 @@
+"""Issue 42, item 4: the CLI answers at once. `deploytk --help`, `--version` and a command's `--help` import none of the
+heavy libraries (each is run in a fresh interpreter and its sys.modules read), `import deploytk` neither, and the copies
+in deploytk/cli/defaults.py that the help texts are built from equal the library tables they copy."""
+
+import json
+import subprocess
+import sys
+from dataclasses import asdict
+
+import pytest
+from typer.testing import CliRunner
+
+from deploytk import __version__
+from deploytk.cli import app, defaults
+
+HEAVY = ("torch", "onnx", "onnxruntime", "openvino", "timm", "transformers", "polygraphy")
+
+#: runs the app with sys.argv[1:] in this fresh interpreter, then prints the heavy modules it loaded as JSON on stderr
+RUN_APP = f"""
+import json, sys
+from deploytk.cli import app
+try:
+    app(sys.argv[1:], prog_name="deploytk")
+except SystemExit as exit:
+    code = exit.code
+print(json.dumps({{"code": code, "heavy": sorted(m for m in {HEAVY!r} if m in sys.modules)}}), file=sys.stderr)
+"""
+
+
+def run_app(*args: str) -> tuple[dict, str]:
+    done = subprocess.run([sys.executable, "-c", RUN_APP, *args], capture_output=True, text=True, timeout=120)
+    return json.loads(done.stderr.strip().splitlines()[-1]), done.stdout
+
+
+@pytest.mark.parametrize("args", [("--help",), ("--version",), ("validate", "--help"), ("plugins", "compile", "--help")], ids=" ".join)
+def test_help_and_version_import_no_heavy_module(args):
+    result, stdout = run_app(*args)
+    assert result == {"code": 0, "heavy": []}, stdout
+    assert stdout.strip()
+
+
+def test_a_command_still_loads_its_library():
+    """The check can fail: a command that runs (families reads the family registry) does import torch."""
+    result, _ = run_app("families", "--json")
+    assert result["code"] == 0 and "torch" in result["heavy"]
+
+
+def test_import_deploytk_is_light():
+    code = f"import sys, deploytk; print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_python_m_deploytk_version_prints_the_package_version():
+    done = subprocess.run([sys.executable, "-m", "deploytk", "--version"], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"deploytk {__version__}\n", "")
+
+
+def test_shell_completion_is_on():
+    result = CliRunner().invoke(app, ["--show-completion", "bash"], prog_name="deploytk")
+    assert result.exit_code == 0, result.output
+    assert "_DEPLOYTK_COMPLETE" in result.output and "complete" in result.output
+    assert "--install-completion" in CliRunner().invoke(app, ["--help"]).output
+
+
+def test_cli_defaults_equal_the_library_tables():
+    """defaults.py copies what help texts need; each copy must equal its source (change both together)."""
+    from deploytk_plugins.aot import ARCHES
+
+    from deploytk.backends import BACKENDS, DEFAULT_BACKEND
+    from deploytk.config import DEFAULT_CONFIG
+    from deploytk.package import DEFAULT_ONNX_MAX_BATCH
+    from deploytk.quantize import DEFAULT_CALIBRATION_IMAGES
+    from deploytk.tune import PERCENTILES
+    from deploytk.validate.validator import PRECISION_TOLERANCES
+    from deploytk.visualize import REFERENCE, backend_names
+
+    assert defaults.DEFAULT_CONFIG == DEFAULT_CONFIG
+    assert defaults.BACKEND_NAMES == tuple(BACKENDS)
+    assert defaults.VALIDATING_BACKEND_NAMES == tuple(n for n, b in BACKENDS.items() if b.validates)
+    assert defaults.DEFAULT_BACKEND == DEFAULT_BACKEND
+    assert defaults.PRECISION_TOLERANCES == {p: asdict(t) for p, t in PRECISION_TOLERANCES.items()}
+    assert defaults.DEFAULT_CALIBRATION_IMAGES == DEFAULT_CALIBRATION_IMAGES
+    assert defaults.PERCENTILES == tuple(PERCENTILES)
+    assert defaults.ARCHES == tuple(ARCHES)
+    assert (defaults.VISUALIZE_REFERENCE, defaults.VISUALIZE_BACKENDS) == (REFERENCE, tuple(backend_names()))
+    assert defaults.DEFAULT_ONNX_MAX_BATCH == DEFAULT_ONNX_MAX_BATCH
