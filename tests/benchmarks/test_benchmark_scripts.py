@@ -142,3 +142,10 @@ def test_output_kinds_smoke(tmp_path):
         assert row[f"validate_{runtime}"]["passed"] and row[f"validate_{runtime}"]["max_abs_diff"] < 1e-4
         assert all(row[f"profile_{runtime}_b{b}"]["p50_ms"] > 0 and row[f"profile_{runtime}_b{b}"]["speedup"] > 0 for b in (1, 8))
     assert (tmp_path / "x.png").is_file()
+
+
+def test_cli_startup_smoke(tmp_path):
+    report, stdout = run_script("cli_startup.py", tmp_path / "x.json", False)
+    assert report["smoke"] and report["command"].startswith("python") and "deploytk --help" in stdout
+    assert [row["command"] for row in report["rows"]] == ["deploytk --help", "deploytk --version", "import deploytk"]
+    assert all(row["runs"] == 2 and 0 < row["min_s"] <= row["median_s"] <= row["max_s"] for row in report["rows"])
