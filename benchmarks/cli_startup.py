@@ -1,5 +1,5 @@
-"""How fast the CLI answers (issue 42, item 4): wall time of `deploytk --help`, `deploytk --version` and
-`python -c "import deploytk"`, each a fresh interpreter run N times, as a user starts it.
+"""How fast the CLI answers (issue 42, item 4): wall time of `deploytk --help`, `deploytk --version`,
+`deploytk methods` and `python -c "import deploytk"`, each a fresh interpreter run N times, as a user starts it.
 
     python benchmarks/cli_startup.py --runs 10           # benchmarks/results/cli_startup_<cpu>.json
     python benchmarks/cli_startup.py --smoke --output X  # 2 runs each (the test suite's check)
@@ -26,6 +26,7 @@ from deploytk.machine import host  # noqa: E402
 COMMANDS = {
     "deploytk --help": ["-m", "deploytk", "--help"],
     "deploytk --version": ["-m", "deploytk", "--version"],
+    "deploytk methods": ["-m", "deploytk", "methods"],
     "import deploytk": ["-c", "import deploytk"],
 }
 

@@ -1,8 +1,9 @@
-"""Issue 42, item 4: the CLI answers at once. `deploytk --help`, `--version` and a command's `--help` import none of the
+"""Issue 42, item 4: the CLI answers at once. `deploytk --help`, `--version`, `deploytk methods` and a command's `--help` import none of the
 heavy libraries (each is run in a fresh interpreter and its sys.modules read), `import deploytk` neither, and the copies
 in deploytk/cli/defaults.py that the help texts are built from equal the library tables they copy."""
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import asdict
@@ -32,7 +33,11 @@ def run_app(*args: str) -> tuple[dict, str]:
     return json.loads(done.stderr.strip().splitlines()[-1]), done.stdout
 
 
-@pytest.mark.parametrize("args", [("--help",), ("--version",), ("validate", "--help"), ("plugins", "compile", "--help")], ids=" ".join)
+@pytest.mark.parametrize(
+    "args",
+    [("--help",), ("--version",), ("methods",), ("methods", "--json"), ("validate", "--help"), ("plugins", "compile", "--help")],
+    ids=" ".join,
+)
 def test_help_and_version_import_no_heavy_module(args):
     result, stdout = run_app(*args)
     assert result == {"code": 0, "heavy": []}, stdout
@@ -56,10 +61,17 @@ def test_python_m_deploytk_version_prints_the_package_version():
     assert (done.returncode, done.stdout, done.stderr) == (0, f"deploytk {__version__}\n", "")
 
 
+#: the installed console script's name is the program name completion is written for
+SHOW_COMPLETION = "from deploytk.cli import app; app(['--show-completion', 'bash'], prog_name='deploytk')"
+
+
 def test_shell_completion_is_on():
-    result = CliRunner().invoke(app, ["--show-completion", "bash"], prog_name="deploytk")
-    assert result.exit_code == 0, result.output
-    assert "_DEPLOYTK_COMPLETE" in result.output and "complete" in result.output
+    """typer's --show-completion prints the bash script. It detects the user's shell unless typer's own test switch is set
+    (read when the app is made, hence a fresh interpreter): with it the shell is named, so the test needs no shell."""
+    env = {**os.environ, "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}
+    done = subprocess.run([sys.executable, "-c", SHOW_COMPLETION], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "_DEPLOYTK_COMPLETE=complete_bash" in done.stdout and "complete -o default -F" in done.stdout
     assert "--install-completion" in CliRunner().invoke(app, ["--help"]).output
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import json
 import os
 import signal
 from pathlib import Path
@@ -112,11 +113,24 @@ def os_failure(err: BaseException, kwargs: dict) -> str | None:
 
 
 def handle_errors(fn):
+    """A command's errors as one paragraph, third-party warnings silenced unless --verbose (entered here, when the body
+    runs, not in main_options: `deploytk COMMAND --help` loads no library)."""
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        # entered here, when the command's body runs, not in main_options: `deploytk COMMAND --help` loads no library
         with contextlib.nullcontext() if _run["verbose"] else quiet.third_party_quiet():
             return _reported(fn, args, kwargs)
+
+    return wrapper
+
+
+def handle_errors_without_libraries(fn):
+    """handle_errors for a command that runs no third-party library (`methods`): nothing to silence, and the silencer
+    would import ONNX Runtime and Polygraphy."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return _reported(fn, args, kwargs)
 
     return wrapper
 
@@ -334,15 +348,15 @@ def visualize(
 
 
 @app.command()
-@handle_errors
+@handle_errors_without_libraries
 def methods(
     json_out: bool = JSON,
     markdown: bool = typer.Option(False, "--markdown", help="Print the methods as the README's Markdown table."),
 ):
     """List the token-reduction methods (`merge.method`) with their options (`merge.options`)."""
-    from deploytk.methods import describe_methods
-
-    render.methods(describe_methods(), json_out, markdown)
+    # the registry's description, written by scripts/write_cli_methods.py (a test holds it equal to describe_methods()):
+    # the registry itself imports torch and timm with every method
+    render.methods(json.loads((Path(__file__).parent / "methods.json").read_text()), json_out, markdown)
 
 
 @app.command()

@@ -147,5 +147,5 @@ def test_output_kinds_smoke(tmp_path):
 def test_cli_startup_smoke(tmp_path):
     report, stdout = run_script("cli_startup.py", tmp_path / "x.json", False)
     assert report["smoke"] and report["command"].startswith("python") and "deploytk --help" in stdout
-    assert [row["command"] for row in report["rows"]] == ["deploytk --help", "deploytk --version", "import deploytk"]
+    assert [row["command"] for row in report["rows"]] == ["deploytk --help", "deploytk --version", "deploytk methods", "import deploytk"]
     assert all(row["runs"] == 2 and 0 < row["min_s"] <= row["median_s"] <= row["max_s"] for row in report["rows"])

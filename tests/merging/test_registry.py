@@ -1,5 +1,6 @@
 """The method registry: what each method says it exports is what it traces, the docs table comes from it, bad registrations fail."""
 
+import json
 import re
 from pathlib import Path
 
@@ -38,6 +39,12 @@ def test_readme_methods_table_is_the_registry():
     table = re.search(r"<!-- methods table: deploytk methods --markdown -->\n(.*?)<!-- end methods table -->", readme, re.S)
     assert table, "the README has lost its methods table markers"
     assert table.group(1) == methods_markdown(describe_methods())
+
+
+def test_the_cli_description_is_the_registry():
+    """`deploytk methods` prints deploytk/cli/methods.json (the registry imports torch); it must be describe_methods()."""
+    written = json.loads((ROOT / "deploytk" / "cli" / "methods.json").read_text())
+    assert written == describe_methods(), "deploytk/cli/methods.json is stale: run python scripts/write_cli_methods.py"
 
 
 def test_every_method_documents_every_option():
