@@ -292,7 +292,7 @@ class Claim:
         and the folder the lock file was made in gets its times back: a refused or failed command leaves it as it was."""
         if self.lock is not None:
             self.lock.release()
-            times = getattr(self.lock, "folder_times", None)
+            times = self.lock.folder_times
             if not keep_folders and times is not None:
                 with contextlib.suppress(OSError):
                     os.utime(self.lock.path.parent, ns=(times.st_atime_ns, times.st_mtime_ns))
@@ -601,7 +601,8 @@ def cache_root() -> Path:
     return Path(base).expanduser() / "deploytk"
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """The sha256 of a file's bytes, read in 1 MiB chunks (manifests and cache records alike)."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -630,7 +631,7 @@ def cached_file(section: str, name: str, make: Callable[[Path, str], None], what
     try:
         recorded = _read_record(record)
         if recorded is not None:
-            bad = [f for f, sha in recorded.items() if not (folder / f).is_file() or _sha256(folder / f) != sha]
+            bad = [f for f, sha in recorded.items() if not (folder / f).is_file() or sha256_file(folder / f) != sha]
             if not bad and name in recorded:
                 return target
             warnings.warn(
@@ -645,7 +646,7 @@ def cached_file(section: str, name: str, make: Callable[[Path, str], None], what
         with atomic_file(target) as tmp:
             make(tmp, name)
         files = sorted(p.name for p in folder.glob(f"{glob.escape(name)}*") if p.is_file() and p != record)
-        payload = {WRITTEN_BY: "deploytk cache", "what": what, "sha256": {f: _sha256(folder / f) for f in files}}
+        payload = {WRITTEN_BY: "deploytk cache", "what": what, "sha256": {f: sha256_file(folder / f) for f in files}}
         write_atomically(record, json.dumps(payload, indent=2) + "\n")
         return target
     finally:

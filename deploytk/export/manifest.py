@@ -8,15 +8,9 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
+from deploytk.files import sha256_file  # noqa: F401  (the one file hash; imported from here by export code)
+
 VERSIONED_PACKAGES = ("deploytk", "torch", "timm", "onnx", "onnxscript", "onnxruntime", "openvino", "polygraphy")
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def sha256_tree(folder: Path) -> str:
