@@ -8,6 +8,8 @@ or a format the family's own library reads: timm's JAX ``.npz``), from the famil
 
 from __future__ import annotations
 
+import copy
+import uuid
 from pathlib import Path
 
 import torch
@@ -21,11 +23,42 @@ from deploytk.merging.merged_vit import MergedViT, build_merged
 from deploytk.methods import METHODS
 
 RANDOM_INIT_SEED = 0
+#: ``model: memory:<id>``: a model object handed to the Python API, held by this process (``hold``)
+MEMORY_PREFIX = "memory:"
+#: the objects ``hold`` keeps, by name: each is a copy, so nothing the caller does to their model changes the reference
+_HELD: dict[str, nn.Module] = {}
+
+
+def hold(model: nn.Module) -> str:
+    """Keep ``model`` (already a copy) for this process under a new ``memory:`` name that a config's ``model`` can give."""
+    name = f"{MEMORY_PREFIX}{type(model).__name__}-{uuid.uuid4().hex[:12]}"
+    _HELD[name] = model
+    return name
+
+
+def is_held(name: str) -> bool:
+    return name in _HELD
+
+
+def _held_copy(cfg: DeployConfig) -> nn.Module:
+    model = _HELD.get(cfg.model)
+    if model is None:
+        raise DeploytkError(
+            f"`model: {cfg.model}` names a Python model object that another process held; it cannot be rebuilt here.",
+            hint="Pass the model object to deploytk in the process that holds it, or name a model deploytk can build "
+            "(a timm name, hf:<folder>).",
+        )
+    return copy.deepcopy(model).eval()  # every reference gets its own: casting to a precision changes a model in place
 
 
 def create_vit(cfg: DeployConfig) -> nn.Module:
     """The plain model with the config's weights, in eval mode: built by the family its name names (timm's, or one named
     by prefix such as ``hf:``), then the ``checkpoint`` file loaded into it."""
+    if cfg.model.startswith(MEMORY_PREFIX):
+        model = _held_copy(cfg)
+        if cfg.checkpoint:
+            load_checkpoint(model, Path(cfg.checkpoint), cfg.merge.reduction.checkpoint_prefix)
+        return model
     family = family_named(cfg.model)
     torch.manual_seed(RANDOM_INIT_SEED)
     model = family.load(

@@ -15,6 +15,7 @@ from deploytk.export.manifest import sha256_file, sha256_tree
 from deploytk.export.onnx_io import data_file_name
 from deploytk.families.hf_common import HF_PREFIX
 from deploytk.files import DirectoryKind
+from deploytk.models import is_held
 
 MODEL_FILE = "model.onnx"
 #: `export --format onnx-inlined`: the same graph with the deploytk functions inlined (standard ops only)
@@ -30,6 +31,8 @@ BASELINE_DIR = ".baseline"
 #: `deploytk quantize --runtime openvino`: the quantized graph as OpenVINO IR (model.onnx stays the fp32 graph it came from)
 IR_FILE = "model.xml"
 IR_WEIGHTS_FILE = "model.bin"
+#: an export of a Python model object: its stored weights and architecture (deploytk.export.source)
+SOURCE_DIR = "source"
 
 
 def _artifact_files(directory: Path) -> set[str] | None:
@@ -45,11 +48,21 @@ def _artifact_files(directory: Path) -> set[str] | None:
     models = {MODEL_FILE, INLINED_MODEL_FILE}
     ir = {IR_FILE, IR_WEIGHTS_FILE}
     data = {data_file_name(m) for m in models}
-    return {MANIFEST_FILE, ENGINE_FILE, BASELINE_ENGINE_FILE, ENGINE_MANIFEST_FILE} | models | data | ir | cached
+    source = (manifest.get("model") or {}).get("source") or {}
+    stored = set(source.get("files") or {}) if isinstance(source, dict) else set()
+    return stored | {MANIFEST_FILE, ENGINE_FILE, BASELINE_ENGINE_FILE, ENGINE_MANIFEST_FILE} | models | data | ir | cached
 
 
 #: an export folder, as `deploytk export --output` claims it (deploytk.files: the rule for every output)
 EXPORT = DirectoryKind("deploytk export", MANIFEST_FILE, _artifact_files)
+
+
+def rebuild_config(cfg: DeployConfig, recipe: dict, folder: Path) -> DeployConfig:
+    """``cfg`` (whose ``model`` is a ``memory:`` name) naming the model the stored files in ``folder`` rebuild (the
+    recipe a family's ``save_source`` returned: ``{folder}`` in ``model`` stands for the folder)."""
+    model = recipe["model"].replace("{folder}", str(folder))
+    checkpoint = str(folder / recipe["checkpoint"]) if recipe.get("checkpoint") else None
+    return cfg.model_copy(update={"model": model, "model_kwargs": dict(recipe["model_kwargs"]), "checkpoint": checkpoint})
 
 
 def require_artifact_dir(directory: Path) -> Path:
@@ -149,6 +162,8 @@ class Artifact:
         artifact was made from (the checkpoint file, the ``hf:`` folder): a moved or changed source is refused with its
         path before any work, instead of a reference of other weights failing validation (or a Hub lookup)."""
         cfg, model = self.config, self.manifest["model"]
+        if model.get("source") is not None:
+            return self._object_reference_config(cfg, model["source"])
         checks = []
         if cfg.checkpoint:
             checks.append(("checkpoint", Path(cfg.checkpoint), model.get("checkpoint_sha256"), sha256_file))
@@ -168,6 +183,28 @@ class Artifact:
                     hint="Export again from the current weights, or restore the ones the artifact was made from.",
                 )
         return cfg
+
+    def _object_reference_config(self, cfg: DeployConfig, source: dict) -> DeployConfig:
+        """An export of a Python model object: the object itself while this process holds it, else the model its stored
+        files rebuild (checked against their sha256), else a refusal that says why and what to do."""
+        if is_held(cfg.model):
+            return cfg
+        if source.get("rebuild") is None:
+            raise DeploytkError(
+                f"{self.directory} was exported from a Python object ({source['object']}) that cannot be rebuilt in another "
+                f"process: {source.get('cannot_rebuild')}; its PyTorch reference existed only in the process that exported it.",
+                hint="Validate it there (`artifact.validate()` on what deploytk.export returned), or export a model deploytk "
+                "can rebuild (a timm model made by timm.create_model, a transformers model, or a config naming one).",
+            )
+        for name, recorded in source["files"].items():
+            path = self.directory / name
+            if not path.is_file() or sha256_file(path) != recorded:
+                raise DeploytkError(
+                    f"{path}, the stored weights of the model object {self.directory} was exported from, is missing or was "
+                    "changed after export; the PyTorch reference cannot be rebuilt from it.",
+                    hint="Export the model object again.",
+                )
+        return rebuild_config(cfg, source["rebuild"], self.directory / SOURCE_DIR)
 
     @property
     def onnx_path(self) -> Path:

@@ -15,6 +15,7 @@ from deploytk.export.inline import inline_deploytk_functions
 from deploytk.export.manifest import now_utc, package_versions, sha256_file, sha256_tree
 from deploytk.export.onnx_export import INPUT_NAME, IR_VERSION, custom_op_counts, export_model
 from deploytk.export.onnx_io import data_file_name, save_onnx
+from deploytk.export.source import HeldObject
 from deploytk.families.hf_common import HF_PREFIX
 from deploytk.files import claim_directory
 from deploytk.merging.precision import to_precision
@@ -48,13 +49,16 @@ def model_folder_record(model: str) -> dict:
     return {"model_folder_sha256": sha256_tree(folder)} if folder is not None and folder.is_dir() else {}
 
 
-def run_export(cfg: DeployConfig, output: Path, progress: Progress = SILENT, fmt: str = "onnx", force: bool = False) -> dict:
+def run_export(
+    cfg: DeployConfig, output: Path, progress: Progress = SILENT, fmt: str = "onnx", force: bool = False, source: HeldObject | None = None
+) -> dict:
     """Export and return the manifest; nothing is left at ``output`` if anything fails.
 
     ``output`` is claimed before any work (deploytk.files): a new or empty folder, or an earlier export, whose
     own files are replaced; ``force`` keeps other files in an earlier export instead of refusing it.
     ``fmt="onnx-inlined"`` also writes ``model.inlined.onnx``: every deploytk node replaced by
     its function body (OpenVINO's reader takes no custom-domain functions), hashed in the manifest.
+    ``source``: the model object ``cfg.model`` holds (``memory:``), whose stored files go to ``source/``.
     """
     if fmt not in FORMATS:
         raise DeploytkError(f"--format {fmt!r} is not one of {', '.join(FORMATS)}.")
@@ -79,6 +83,9 @@ def run_export(cfg: DeployConfig, output: Path, progress: Progress = SILENT, fmt
                 progress.step("writing the inlined copy (standard ONNX ops only)")
                 inlined_data = save_onnx(inline_deploytk_functions(proto), tmp / INLINED_MODEL_FILE)
                 inlined = {"file": INLINED_MODEL_FILE, "sha256": sha256_file(tmp / INLINED_MODEL_FILE), **external_data(tmp, inlined_data)}
+            if source is not None:
+                progress.step("storing the model object's weights and architecture")
+                source.copy_files(tmp)
             progress.step("writing manifest")
             manifest = {
                 "format": MANIFEST_FORMAT,
@@ -93,6 +100,7 @@ def run_export(cfg: DeployConfig, output: Path, progress: Progress = SILENT, fmt
                     "blocks": family.depth,
                     "checkpoint_sha256": sha256_file(Path(cfg.checkpoint)) if cfg.checkpoint else None,
                     **model_folder_record(cfg.model),
+                    **({"source": source.record(tmp)} if source is not None else {}),
                 },
                 "schedule": schedule_summary(model),
                 "method": method_summary(cfg),

@@ -11,6 +11,7 @@ stay the family's) and holds no parameters of its own. A new family is one file 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import ClassVar
 
 import torch
@@ -199,6 +200,13 @@ class ModelFamily:
     def plain(self) -> nn.Module:
         """The model as users call it, reduced to one output tensor: the dense baseline exported beside a merged graph."""
         raise NotImplementedError
+
+    def save_source(self, folder: Path) -> dict | str:
+        """Write into ``folder`` what rebuilds this model object in another process (the Python API's in-memory models),
+        and return the recipe: ``model`` (a config's ``model:``, ``{folder}`` standing for the folder), ``model_kwargs``
+        and ``checkpoint`` (a file in ``folder``, or None). A string instead says why this object cannot be rebuilt; its
+        reference then exists only in the process that holds it."""
+        return f"the {self.name} family has no way to store a model object"
 
 
 def pool_tokens(x: torch.Tensor, size: torch.Tensor, pool: str, skip: int) -> torch.Tensor:

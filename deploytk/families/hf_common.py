@@ -115,6 +115,11 @@ class HFFamily(ModelFamily):
         module = type(model).__module__
         return any(module.startswith(f"transformers.models.{m}.") for m in cls.modules) and type(model).__name__ in cls.classes
 
+    def save_source(self, folder):
+        """``save_pretrained`` (config.json + model.safetensors): transformers rebuilds the class its config names."""
+        self.model.save_pretrained(str(folder), safe_serialization=True)
+        return {"model": HF_PREFIX + "{folder}", "model_kwargs": {}, "checkpoint": None}
+
     def image_processor_settings(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
         """(mean, std) the family's image processor normalises with (transformers' defaults for the class)."""
         raise NotImplementedError

@@ -51,7 +51,7 @@ from torch import nn
 
 from deploytk.errors import DeploytkError
 from deploytk.families.base import register_family
-from deploytk.families.timm_vit import TimmBlock, TimmViT
+from deploytk.families.timm_vit import STATE_FILE, TimmBlock, TimmViT, save_state
 
 #: a config's ``model:`` that names a multi-scale model: ``multiscale:<timm ViT name>`` (deit_tiny_patch16_224, ...)
 PREFIX = "multiscale:"
@@ -216,6 +216,16 @@ class MultiScale(TimmViT):
     @classmethod
     def accepts(cls, model):
         return isinstance(model, MultiScaleViT)
+
+    def save_source(self, folder):
+        """The weights and the recipe ``multiscale:<architecture>`` with the fusion's settings from the object."""
+        m = self.model
+        arch = (getattr(m, "pretrained_cfg", None) or {}).get("architecture")
+        if type(m) is not MultiScaleViT or not arch:
+            return f"its class {type(m).__qualname__} or its ViT's architecture ({arch}) is not one deploytk builds by name"
+        save_state(m, folder)
+        kwargs = {"num_classes": int(m.num_classes), "fusion_block": int(m.fusion_block), "low_scale_embedding": m.low_scale_embedding}
+        return {"model": PREFIX + arch, "model_kwargs": kwargs, "checkpoint": STATE_FILE}
 
     def check(self):
         m = self.model

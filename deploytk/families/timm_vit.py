@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import inspect
 from copy import deepcopy
+from pathlib import Path
 
 import timm
 import torch.nn.functional as F
@@ -144,6 +146,17 @@ class TimmViT(ModelFamily):
 
     def check(self):
         vit = self.model
+        overridden = [
+            name
+            for name in ("forward", "forward_features", "forward_head", "_pos_embed", "pool")
+            if getattr(type(vit), name, None) is not getattr(VisionTransformer, name, None)
+        ]
+        if isinstance(vit, VisionTransformer) and overridden:
+            raise DeploytkError(
+                f"{type(vit).__qualname__} overrides VisionTransformer.{overridden[0]}; deploytk rebuilds timm's forward from "
+                "the model's blocks, norms and head, so the subclass's own computation would not be what it exports.",
+                hint="Export the VisionTransformer the subclass wraps, or a model whose forward is timm's.",
+            )
         for i, blk in enumerate(vit.blocks):
             if type(blk) not in (Block, ResPostBlock):
                 raise DeploytkError(
@@ -286,6 +299,67 @@ class TimmViT(ModelFamily):
 
     def plain(self):
         return self.model
+
+    def save_source(self, folder):
+        """The weights as model.safetensors and timm's recipe: the architecture its ``pretrained_cfg`` names, with the
+        head's classes and the pooling taken from the object (the image size travels as ``export.img_size``)."""
+        reason = timm_rebuild_problem(self.model)
+        if reason:
+            return reason
+        save_state(self.model, folder)
+        vit = self.model
+        return {"model": vit.pretrained_cfg["architecture"], "model_kwargs": constructor_arguments(vit), "checkpoint": STATE_FILE}
+
+
+#: the weights of a stored model object (``save_source``)
+STATE_FILE = "model.safetensors"
+
+
+def timm_rebuild_problem(model: nn.Module) -> str | None:
+    """Why ``timm.create_model`` cannot rebuild ``model`` by name (None: it can): a class of the caller's own, or an
+    object built without timm's registry (no ``pretrained_cfg`` naming an architecture)."""
+    cls = type(model)
+    arch = (getattr(model, "pretrained_cfg", None) or {}).get("architecture")
+    if not cls.__module__.startswith("timm."):
+        return f"its class {cls.__module__}.{cls.__qualname__} is not one timm builds by name"
+    if not arch or not timm.is_model(arch):
+        return "it was not made by timm.create_model (its pretrained_cfg names no timm architecture)"
+    return None
+
+
+def constructor_arguments(vit: VisionTransformer) -> dict:
+    """The ``VisionTransformer`` arguments that shape ``vit``'s weights and forward, read from the object (timm keeps no
+    record of them); the rebuild is checked against the object, so one missed here is refused, not exported wrong."""
+    blk = vit.blocks[0]
+    found = {
+        "num_classes": int(vit.num_classes),
+        "global_pool": vit.global_pool,
+        "patch_size": int(vit.patch_embed.patch_size[0]),
+        "in_chans": int(vit.patch_embed.proj.in_channels),
+        "embed_dim": int(vit.embed_dim),
+        "depth": len(vit.blocks),
+        "num_heads": int(blk.attn.num_heads),
+        "mlp_ratio": blk.mlp.fc1.out_features / vit.embed_dim,
+        "qkv_bias": blk.attn.qkv.bias is not None,
+        "qk_norm": not isinstance(blk.attn.q_norm, nn.Identity),
+        "class_token": getattr(vit, "cls_token", None) is not None,
+        "reg_tokens": int(getattr(vit, "num_reg_tokens", 0)),
+        "no_embed_class": bool(vit.no_embed_class),
+        "pre_norm": not isinstance(vit.norm_pre, nn.Identity),
+        "final_norm": not isinstance(vit.norm, nn.Identity),
+        "fc_norm": not isinstance(vit.fc_norm, nn.Identity),
+    }
+    if not isinstance(blk.ls1, nn.Identity):
+        found["init_values"] = 1e-5  # LayerScale exists; its values come with the weights
+    accepted = inspect.signature(VisionTransformer.__init__).parameters
+    return {k: v for k, v in found.items() if k in accepted}
+
+
+def save_state(model: nn.Module, folder) -> None:
+    """``model``'s state dict as ``folder``/model.safetensors (tensors copied apart: safetensors refuses shared ones)."""
+    from safetensors.torch import save_file
+
+    save_file({k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()}, str(Path(folder) / STATE_FILE))
 
 
 def _require_whole_patches(model: VisionTransformer, name: str, img_size) -> None:

@@ -1,0 +1,254 @@
+"""``deploytk.Artifact``: an export folder as a Python object, with the verbs that act on one.
+
+Each method calls the same library function the CLI command does and returns its typed report; ``runner`` runs the
+artifact from Python with numpy arrays in and out, whatever the runtime.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from deploytk.analysis.inspect import inspect_config
+from deploytk.api.reports import BuildReport, EvaluationReport, InspectReport, PackageReport, ProfileReport, ValidationReport
+from deploytk.backends import DEFAULT_BACKEND, LoadedModel, get_backend
+from deploytk.build.builder import build_engine
+from deploytk.build.options import build_options
+from deploytk.errors import DeploytkError
+from deploytk.evaluate.accuracy import evaluate as evaluate_accuracy
+from deploytk.export import artifacts
+from deploytk.package import package_triton
+from deploytk.profile.profiler import parse_batch_sizes
+from deploytk.profile.profiler import profile as profile_artifact
+from deploytk.progress import SILENT, Progress
+from deploytk.quantize import DEFAULT_CALIBRATION_IMAGES, default_output, run_quantize
+from deploytk.validate.validator import run_validations
+
+
+def _backends(backend: str | list[str] | tuple[str, ...]) -> list[str]:
+    names = backend.split(",") if isinstance(backend, str) else list(backend)
+    return [name.strip() for name in names if name.strip()]
+
+
+class Runner:
+    """The artifact loaded on one runtime: ``runner(images)`` takes a float32 array [batch, 3, H, W] and returns the
+    first output (logits, embedding, ...) as a numpy array; ``runner.run(images)`` returns every output by name."""
+
+    def __init__(self, artifact: artifacts.Artifact, backend: str):
+        self.backend = backend
+        self.output_name = artifact.output_name
+        self.img_size = artifact.img_size
+        self._loaded: LoadedModel = get_backend(backend, validating=True).load(artifact, [1])
+
+    def run(self, images: np.ndarray) -> dict[str, np.ndarray]:
+        batch = np.ascontiguousarray(images, dtype=np.float32)
+        if batch.ndim != 4 or tuple(batch.shape[1:]) != (3, *self.img_size):
+            raise DeploytkError(
+                f"`images` has shape {list(batch.shape)}; this artifact takes [batch, 3, {self.img_size[0]}, {self.img_size[1]}]."
+            )
+        self._loaded.activate()
+        try:
+            return dict(self._loaded.run(batch))
+        finally:
+            self._loaded.deactivate()
+
+    def __call__(self, images: np.ndarray) -> np.ndarray:
+        return self.run(images)[self.output_name]
+
+    def __repr__(self) -> str:
+        return f"Runner(backend={self.backend!r}, input=[batch, 3, {self.img_size[0]}, {self.img_size[1]}], output={self.output_name!r})"
+
+
+class Artifact:
+    """An export folder (model.onnx + manifest.json), opened and checked (``deploytk.load``, or what ``deploytk.export``
+    returns). ``to_dict()`` is what ``deploytk export --json`` prints."""
+
+    def __init__(self, directory: str | Path):
+        self._artifact = artifacts.Artifact.open(Path(directory))
+
+    @property
+    def directory(self) -> Path:
+        return self._artifact.directory
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """The sealed manifest: the config, the model, the schedule, FLOPs, the files' sha256."""
+        return self._artifact.manifest
+
+    @property
+    def onnx_path(self) -> Path:
+        return self._artifact.onnx_path
+
+    @property
+    def img_size(self) -> tuple[int, int]:
+        return self._artifact.img_size
+
+    @property
+    def output_names(self) -> list[str]:
+        return self._artifact.output_names
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"output": str(self.directory), **self.manifest}
+
+    def __repr__(self) -> str:
+        m = self.manifest
+        merge = m["config"]["merge"]
+        r = f", r={merge['r']!r}" if "r" in merge else ""
+        ratio = m["gflops"] / m["dense_gflops"] if m.get("dense_gflops") else float("nan")
+        return (
+            f"Artifact({str(self.directory)!r}, model={m['model']['name']!r}, method={merge['method']!r}{r}, "
+            f"{m['gflops']:.2f} GFLOPs ({ratio:.2f} of dense), outputs={self.output_names})"
+        )
+
+    def validate(
+        self,
+        backend: str | list[str] = DEFAULT_BACKEND,
+        *,
+        images: str | Path | None = None,
+        num_images: int = 64,
+        batch_size: int = 8,
+        atol: float | None = None,
+        rtol: float | None = None,
+        min_cosine: float | None = None,
+        min_top1_agreement: float | None = None,
+        max_branch_flips: float | None = None,
+        progress: Progress | None = None,
+    ) -> ValidationReport:
+        """Compare each backend's outputs with the fp32 PyTorch reference (run once); tolerances default by precision."""
+        reports, _ = run_validations(
+            self.directory,
+            list(_backends(backend)),
+            images=Path(images) if images is not None else None,
+            num_images=num_images,
+            batch_size=batch_size,
+            progress=progress or SILENT,
+            atol=atol,
+            rtol=rtol,
+            min_cosine=min_cosine,
+            min_top1_agreement=min_top1_agreement,
+            max_branch_flips=max_branch_flips,
+        )
+        return ValidationReport(
+            {"passed": all(r.passed for r in reports), "backends": [r.backend for r in reports], "reports": [r.to_dict() for r in reports]}
+        )
+
+    def profile(
+        self,
+        backend: str = DEFAULT_BACKEND,
+        *,
+        batch_sizes: str | list[int] | tuple[int, ...] = (1, 8),
+        warmup: int = 5,
+        iterations: int = 20,
+        progress: Progress | None = None,
+    ) -> ProfileReport:
+        """Latency of the reduced model and of the same weights unreduced, alternating in one run."""
+        sizes = parse_batch_sizes(batch_sizes) if isinstance(batch_sizes, str) else list(batch_sizes)
+        return ProfileReport(profile_artifact(self.directory, backend, sizes, warmup, iterations, progress or SILENT))
+
+    def quantize(
+        self,
+        runtime: str,
+        *,
+        output: str | Path | None = None,
+        data: str | Path | None = None,
+        synthetic: int | None = None,
+        num_images: int = DEFAULT_CALIBRATION_IMAGES,
+        force: bool = False,
+        progress: Progress | None = None,
+    ) -> Artifact:
+        """INT8 for one runtime (openvino, ort, trt), calibrated on ``data`` (a folder of images) or ``synthetic`` seeded
+        images: a new artifact (default: this folder's name + ``-int8-RUNTIME`` beside it)."""
+        target = Path(output) if output is not None else default_output(self.directory, runtime)
+        run_quantize(
+            self.directory,
+            runtime,
+            output=target,
+            data=Path(data) if data is not None else None,
+            synthetic=synthetic,
+            num_images=num_images,
+            force=force,
+            progress=progress or SILENT,
+        )
+        return Artifact(target)
+
+    def package(
+        self,
+        triton: str | Path,
+        *,
+        name: str | None = None,
+        max_batch: int | None = None,
+        runtime: str | None = None,
+        images: str | Path | None = None,
+        force: bool = False,
+        progress: Progress | None = None,
+    ) -> PackageReport:
+        """A Triton Inference Server model repository entry (config.pbtxt, the model, README) under ``triton``."""
+        return PackageReport(
+            package_triton(
+                self.directory,
+                Path(triton),
+                name=name,
+                max_batch=max_batch,
+                force=force,
+                progress=progress or SILENT,
+                runtime=runtime,
+                images=Path(images) if images is not None else None,
+            )
+        )
+
+    def build(
+        self,
+        *,
+        batch: str | tuple[int, int, int] = "1,8,64",
+        merge_impl: str = "plugin",
+        attention_impl: str = "plugin",
+        opt_level: int = 3,
+        timing_cache: str | Path | None = None,
+        baseline: bool = True,
+        progress: Progress | None = None,
+    ) -> BuildReport:
+        """The TensorRT engine (and the dense baseline's) with deploytk's plugins: needs TensorRT and an NVIDIA GPU."""
+        spec = batch if isinstance(batch, str) else ",".join(str(b) for b in batch)
+        options = build_options(
+            spec,
+            merge_impl=merge_impl,
+            attention_impl=attention_impl,
+            opt_level=opt_level,
+            timing_cache=str(timing_cache) if timing_cache else None,
+            baseline=baseline,
+        )
+        return BuildReport(build_engine(self.directory, options, progress or SILENT))
+
+    def inspect(self, progress: Progress | None = None) -> InspectReport:
+        """The exported schedule and GFLOPs per layer (``deploytk inspect`` of the config this artifact was made from)."""
+        return InspectReport(inspect_config(self._artifact.reference_config, progress or SILENT))
+
+    def evaluate(
+        self,
+        data: str | Path,
+        *,
+        backend: str = DEFAULT_BACKEND,
+        batch_size: int = 64,
+        limit: int | None = None,
+        progress: Progress | None = None,
+    ) -> EvaluationReport:
+        """Top-1/top-5 on an ImageFolder of the dense model, the reference and this artifact on ``backend``."""
+        cfg = self._artifact.reference_config
+        return EvaluationReport(
+            evaluate_accuracy(
+                cfg,
+                Path(data),
+                artifacts=self.directory,
+                batch_size=batch_size,
+                limit=limit,
+                config_name=str(self.directory),
+                backend=backend,
+                progress=progress or SILENT,
+            )
+        )
+
+    def runner(self, backend: str = DEFAULT_BACKEND) -> Runner:
+        """A callable that runs this artifact on ``backend`` (ort, openvino, ort-cuda, trt): numpy in, numpy out."""
+        return Runner(self._artifact, backend)

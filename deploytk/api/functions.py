@@ -1,0 +1,284 @@
+"""The Python API's verbs: the same jobs as the CLI's commands, from whatever model the caller holds.
+
+``model`` may be a ``torch.nn.Module`` of a supported family (never changed: deploytk works on a copy), a timm name, an
+``hf:`` name or folder, a YAML config path or a ``DeployConfig``. Keyword arguments override the config; method options
+(``keep_rate=0.7``) are keywords too, checked by the method's own schema.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from deploytk.analysis.inspect import inspect_config
+from deploytk.api.artifact import Artifact
+from deploytk.api.inputs import ModelLike, resolve
+from deploytk.api.reports import (
+    CalibrationReport,
+    EvaluationReport,
+    FamiliesReport,
+    InspectReport,
+    MethodsReport,
+    TuneReport,
+    VisualizationReport,
+)
+from deploytk.backends import DEFAULT_BACKEND
+from deploytk.calibrate import calibrate_config
+from deploytk.config import DeployConfig
+from deploytk.errors import DeploytkError
+from deploytk.evaluate.accuracy import evaluate as evaluate_accuracy
+from deploytk.evaluate.accuracy import scan_image_folder
+from deploytk.export.pipeline import run_export
+from deploytk.families import describe_families
+from deploytk.merging.merged_vit import MergedViT
+from deploytk.methods import describe_methods
+from deploytk.models import build_reference
+from deploytk.progress import SILENT, Progress
+from deploytk.tune import tune as tune_config
+from deploytk.visualize import REFERENCE
+from deploytk.visualize import visualize as draw
+
+
+def _default_output(model: ModelLike, cfg: DeployConfig) -> Path:
+    """artifacts/<config stem>, or artifacts/<model>-<method> for a name or an object (as `deploytk export` names it)."""
+    if isinstance(model, (str, Path)) and Path(model).suffix in (".yaml", ".yml"):
+        return Path("artifacts") / Path(model).stem
+    name = type(model).__name__ if isinstance(model, nn.Module) else str(cfg.model).rstrip("/").split("/")[-1]
+    return Path("artifacts") / re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{name}-{cfg.merge.method}")
+
+
+def export(
+    model: ModelLike,
+    output: str | Path | None = None,
+    *,
+    method: str | None = None,
+    r: Any = None,
+    options: dict[str, Any] | None = None,
+    img_size: int | tuple[int, int] | None = None,
+    precision: str | None = None,
+    output_kind: str | None = None,
+    feature_layer: int | None = None,
+    batch_size: int | None = None,
+    checkpoint: str | Path | None = None,
+    fmt: str = "onnx",
+    force: bool = False,
+    progress: Progress | None = None,
+    **method_options: Any,
+) -> Artifact:
+    """Export ``model`` reduced by ``method`` (default: the config's, else tome) to ``output``/model.onnx +
+    manifest.json, written atomically, and return the artifact.
+
+    ``r``: an int, one int per block, or ``(r, inflection)``; ``output_kind``: logits, embedding, patch_features or
+    tokens (default: the model's own); ``fmt="onnx-inlined"`` also writes a standard-ops copy. A model object's weights
+    and architecture are stored in the artifact (``source/``) when they rebuild it, so a later process can validate it.
+    """
+    cfg, held = resolve(
+        model,
+        "deploytk.export()",
+        method=method,
+        r=r,
+        options=options,
+        img_size=img_size,
+        precision=precision,
+        output_kind=output_kind,
+        feature_layer=feature_layer,
+        batch_size=batch_size,
+        checkpoint=checkpoint,
+        store=True,
+        **method_options,
+    )
+    target = Path(output) if output is not None else _default_output(model, cfg)
+    try:
+        run_export(cfg, target, progress or SILENT, fmt, force=force, source=held)
+    finally:
+        if held is not None:
+            held.close()
+    return Artifact(target)
+
+
+def load(directory: str | Path) -> Artifact:
+    """An earlier export, checked (its manifest's seal, model.onnx's sha256)."""
+    return Artifact(directory)
+
+
+def patch(
+    model: nn.Module,
+    method: str = "tome",
+    r: Any = None,
+    *,
+    prop_attn: bool = True,
+    output_kind: str | None = None,
+    feature_layer: int | None = None,
+    **options: Any,
+) -> MergedViT:
+    """The reduced PyTorch model, for work that stays in PyTorch: the same reference ``export`` traces, built on a copy
+    of ``model`` (which is not changed). ``r`` defaults to 16 for the methods that take it."""
+    if not isinstance(model, nn.Module):
+        raise DeploytkError(f"`model` is a {type(model).__name__}; patch takes a torch.nn.Module (a timm or transformers ViT).")
+    cfg, held = resolve(
+        model, "deploytk.patch()", method=method, r=r, prop_attn=prop_attn, output_kind=output_kind, feature_layer=feature_layer, **options
+    )
+    if held is not None:
+        held.close()
+    return build_reference(cfg)
+
+
+def inspect(
+    model: ModelLike, *, method: str | None = None, r: Any = None, progress: Progress | None = None, **options: Any
+) -> InspectReport:
+    """Token schedule and GFLOPs (fvcore convention) per layer and in total; weights do not matter."""
+    cfg, held = resolve(model, "deploytk.inspect()", method=method, r=r, **options)
+    if held is not None:
+        held.close()
+    return InspectReport(inspect_config(cfg, progress or SILENT))
+
+
+def _config_path(config: Any, where: str) -> Path:
+    if isinstance(config, (str, Path)) and Path(config).suffix in (".yaml", ".yml"):
+        return Path(config)
+    raise DeploytkError(
+        f"`config` is {config!r}; {where} takes the path of a YAML config, because it writes a new config beside it.",
+        hint="Write the model's settings to a YAML file (see export_configs/) and pass its path.",
+    )
+
+
+def tune(
+    config: str | Path,
+    budget_ms: float,
+    *,
+    batch: int = 8,
+    backend: str = DEFAULT_BACKEND,
+    percentile: str = "p50",
+    data: str | Path | None = None,
+    limit: int | None = 256,
+    inflections: list[float] | None = None,
+    output: str | Path | None = None,
+    cache: str | Path | None = None,
+    warmup: int = 3,
+    iterations: int = 10,
+    progress: Progress | None = None,
+) -> TuneReport:
+    """The least aggressive schedule of ``config``'s method whose latency meets ``budget_ms`` here, written as a config."""
+    report = tune_config(
+        _config_path(config, "deploytk.tune()"),
+        budget_ms,
+        batch=batch,
+        backend=backend,
+        percentile=percentile,
+        data=Path(data) if data is not None else None,
+        limit=limit,
+        inflections=inflections,
+        output=Path(output) if output is not None else None,
+        cache=Path(cache) if cache is not None else None,
+        warmup=warmup,
+        iterations=iterations,
+        progress=progress or SILENT,
+    )
+    return TuneReport(report)
+
+
+def calibrate(
+    config: str | Path,
+    *,
+    images: str | Path | None = None,
+    synthetic: int | None = None,
+    num_images: int = 256,
+    batch_size: int = 16,
+    quantile: float = 0.5,
+    output: str | Path | None = None,
+    progress: Progress | None = None,
+) -> CalibrationReport:
+    """ATM run dynamically on calibration images, its per-layer r fixed as a new config (``output``)."""
+    report = calibrate_config(
+        _config_path(config, "deploytk.calibrate()"),
+        images=Path(images) if images is not None else None,
+        synthetic=synthetic,
+        num_images=num_images,
+        batch_size=batch_size,
+        quantile=quantile,
+        output=Path(output) if output is not None else None,
+        progress=progress or SILENT,
+    )
+    return CalibrationReport(report)
+
+
+def visualize(
+    model: ModelLike,
+    image: str | Path,
+    *,
+    output: str | Path = "merge.png",
+    layers: str | list[int] | None = None,
+    backend: str = REFERENCE,
+    artifacts: str | Path | None = None,
+    colors: str = "mean",
+    method: str | None = None,
+    r: Any = None,
+    progress: Progress | None = None,
+    **options: Any,
+) -> VisualizationReport:
+    """``image`` with every patch coloured by the token it belongs to after each chosen block, written to ``output``."""
+    cfg, held = resolve(model, "deploytk.visualize()", method=method, r=r, **options)
+    try:
+        report = draw(
+            cfg,
+            Path(image),
+            output=Path(output),
+            layers=",".join(str(v) for v in layers) if isinstance(layers, list) else layers,
+            backend=backend,
+            artifacts=Path(artifacts) if artifacts is not None else None,
+            colors=colors,
+            config_name=str(model) if isinstance(model, (str, Path)) else "the model",
+            progress=progress or SILENT,
+        )
+    finally:
+        if held is not None:
+            held.close()
+    return VisualizationReport(report)
+
+
+def evaluate(
+    model: ModelLike,
+    data: str | Path,
+    *,
+    artifacts: str | Path | None = None,
+    backend: str = DEFAULT_BACKEND,
+    batch_size: int = 64,
+    limit: int | None = None,
+    method: str | None = None,
+    r: Any = None,
+    progress: Progress | None = None,
+    **options: Any,
+) -> EvaluationReport:
+    """Top-1/top-5 on an ImageFolder of the dense model, the reduced reference and its export on ``backend``."""
+    if batch_size < 1:
+        raise DeploytkError(f"`batch_size`={batch_size}: must be an int >= 1.")
+    scan_image_folder(Path(data), limit)  # bad data / limit fail before any model is built
+    cfg, held = resolve(model, "deploytk.evaluate()", method=method, r=r, **options)
+    try:
+        report = evaluate_accuracy(
+            cfg,
+            Path(data),
+            artifacts=Path(artifacts) if artifacts is not None else None,
+            batch_size=batch_size,
+            limit=limit,
+            config_name=str(model) if isinstance(model, (str, Path)) else "the model",
+            backend=backend,
+            progress=progress or SILENT,
+        )
+    finally:
+        if held is not None:
+            held.close()
+    return EvaluationReport(report)
+
+
+def methods() -> MethodsReport:
+    """Every token-reduction method, its paper, options and the ops it exports."""
+    return MethodsReport({"methods": describe_methods()})
+
+
+def families() -> FamiliesReport:
+    """Every model family: how a config names its models, the classes it runs."""
+    return FamiliesReport({"families": describe_families()})

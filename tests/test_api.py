@@ -1,0 +1,221 @@
+"""The Python API (``deploytk.export`` / ``load`` / ``patch`` / ``Artifact``) from the model object a user holds.
+
+Each model kind round-trips: object -> export -> validate on ONNX Runtime and OpenVINO -> ``deploytk validate DIR``
+in a new process (the reference rebuilt from the weights and architecture stored in the artifact) -> the runner's
+output equals the reference; the caller's model is unchanged (state dict, class, mode). DeiT-S with 10 classes, as a
+user would fine-tune it, runs in the slow tier; the default tier runs small models of each kind.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import timm
+import torch
+import transformers
+from timm.models.vision_transformer import VisionTransformer
+
+import deploytk
+from deploytk.errors import DeploytkError
+
+from helpers import seeded_images, seeded_init, snapshot
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDED_TOME = np.load(ROOT / "tests" / "data" / "tome_official_logits.npz")
+
+
+def deploytk_cli(*args) -> subprocess.CompletedProcess:
+    """The CLI in a new process: nothing held by this one (the model objects) is visible there."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "deploytk", *map(str, args)], env=env, capture_output=True, text=True, timeout=600)
+
+
+def state_of(model: torch.nn.Module) -> dict:
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def assert_unchanged(model: torch.nn.Module, before: dict, cls: type, training: bool) -> None:
+    after = model.state_dict()
+    assert type(model) is cls and model.training is training
+    assert list(after) == list(before) and all(torch.equal(after[k], before[k]) for k in before)
+
+
+def round_trip(model, tmp_path, images: np.ndarray, output_kind=None, **export_args):
+    """The acceptance path for one model object; returns the artifact."""
+    cls, training, before = type(model), model.training, state_of(model)
+    artifact = deploytk.export(model, tmp_path / "art", output_kind=output_kind, **export_args)
+    assert_unchanged(model, before, cls, training)
+    source = artifact.manifest["model"]["source"]
+    assert source["rebuild"] is not None and source["cannot_rebuild"] is None, source
+    assert source["files"] and all((artifact.directory / f).is_file() for f in source["files"])
+
+    report = artifact.validate(["ort", "openvino"], num_images=8, batch_size=4)
+    assert report.passed and report.to_dict()["backends"] == ["ort", "openvino"], report
+
+    cli = deploytk_cli("validate", artifact.directory, "--backend", "ort", "--num-images", 8, "--batch-size", 4, "--json")
+    assert cli.returncode == 0, cli.stderr
+    assert json.loads(cli.stdout)["passed"] is True
+
+    reference = deploytk.patch(model, export_args.get("method", "tome"), export_args.get("r"), output_kind=output_kind)
+    with torch.no_grad():
+        want = reference(torch.from_numpy(images)).numpy()
+    got = artifact.runner("ort")(images)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
+    assert_unchanged(model, before, cls, training)
+    return artifact
+
+
+def changed_weights(model: torch.nn.Module, seed: int) -> torch.nn.Module:
+    """The model's weights moved off their init, as fine-tuning would (a rebuild from the name alone would differ)."""
+    return seeded_init(model, seed=seed)
+
+
+def small_timm(**kwargs) -> VisionTransformer:
+    return timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=4, embed_dim=64, depth=4, num_heads=2, **kwargs)
+
+
+def test_a_timm_object_with_its_own_head_round_trips(tmp_path):
+    model = changed_weights(small_timm(num_classes=10), seed=5)
+    model.train()  # the caller's mode is theirs: export works on an eval copy
+    artifact = round_trip(model, tmp_path, seeded_images(2, img=32).numpy(), method="tome", r=4)
+    assert artifact.manifest["outputs"][0]["shape"] == ["batch", 10]
+    assert artifact.manifest["model"]["source"]["rebuild"]["model_kwargs"]["num_classes"] == 10
+
+
+def hf_model(name: str, config_class: str, **extra):
+    config = getattr(transformers, config_class)(
+        hidden_size=64, num_hidden_layers=4, num_attention_heads=2, image_size=32, patch_size=4, **extra
+    )
+    return changed_weights(getattr(transformers, name)(config), seed=6).eval()
+
+
+def test_a_transformers_vit_classifier_object_round_trips(tmp_path):
+    model = hf_model("ViTForImageClassification", "ViTConfig", intermediate_size=128, num_labels=10)
+    artifact = round_trip(model, tmp_path, seeded_images(2, img=32).numpy(), method="tome", r=4)
+    assert (artifact.directory / "source" / "config.json").is_file()
+    assert artifact.manifest["model"]["class"] == "ViTForImageClassification"
+
+
+def test_a_dinov2_object_exports_patch_features_and_round_trips(tmp_path):
+    model = hf_model("Dinov2Model", "Dinov2Config", mlp_ratio=2)
+    artifact = round_trip(model, tmp_path, seeded_images(2, img=32).numpy(), output_kind="patch_features", method="tome", r=4)
+    assert artifact.manifest["outputs"][0]["kind"] == "patch_features"
+    assert artifact.manifest["outputs"][0]["shape"] == ["batch", 64, 64]  # every patch of the 8x8 grid, unmerged
+
+
+@pytest.mark.slow
+def test_deit_small_with_ten_classes_round_trips(tmp_path):
+    """The issue's case: a DeiT-S fine-tuned to 10 classes, in memory."""
+    model = changed_weights(timm.create_model("deit_small_patch16_224", num_classes=10), seed=7)
+    artifact = round_trip(model, tmp_path, seeded_images(2).numpy(), method="tome", r=8)
+    assert artifact.manifest["model"]["source"]["rebuild"]["model"] == "deit_small_patch16_224"
+
+
+class Renamed(VisionTransformer):
+    """A subclass of the caller's own, adding nothing to the forward: runnable, but timm cannot build it by name."""
+
+    note = "mine"
+
+
+def test_an_object_that_cannot_be_rebuilt_validates_in_its_process_and_the_cli_says_why_later(tmp_path):
+    model = Renamed(img_size=32, patch_size=4, embed_dim=64, depth=2, num_heads=2, num_classes=10)
+    artifact = deploytk.export(model, tmp_path / "art", r=2)
+    source = artifact.manifest["model"]["source"]
+    assert source["rebuild"] is None and "is not one timm builds by name" in source["cannot_rebuild"]
+    assert source["files"] == {} and not (artifact.directory / "source").exists()
+    assert artifact.validate(num_images=4, batch_size=4).passed  # this process holds the reference
+    cli = deploytk_cli("validate", artifact.directory, "--num-images", 4)
+    assert cli.returncode == 2
+    message = " ".join(cli.stderr.split())
+    assert "was exported from a Python object (test_api.Renamed) that cannot be rebuilt in another process" in message
+    assert "Validate it there (`artifact.validate()`" in message
+
+
+def test_a_subclass_that_overrides_forward_is_refused_and_nothing_is_written(tmp_path):
+    class Doubled(VisionTransformer):
+        def forward(self, x):
+            return 2 * super().forward(x)
+
+    model = Doubled(img_size=32, patch_size=4, embed_dim=64, depth=2, num_heads=2, num_classes=10)
+    before = snapshot(tmp_path)
+    with pytest.raises(DeploytkError, match=r"Doubled overrides VisionTransformer.forward"):
+        deploytk.export(model, tmp_path / "art")
+    assert snapshot(tmp_path) == before
+
+
+def test_changed_stored_weights_are_refused_when_the_reference_is_rebuilt(tmp_path):
+    artifact = deploytk.export(small_timm(num_classes=3), tmp_path / "art", r=2)
+    weights = artifact.directory / "source" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\0")
+    cli = deploytk_cli("validate", artifact.directory, "--num-images", 4)
+    assert cli.returncode == 2
+    assert "the stored weights of the model object" in cli.stderr and "was changed after export" in " ".join(cli.stderr.split())
+
+
+@pytest.mark.parametrize(
+    "key, name, r",
+    [("deit_tiny_r13", "deit_tiny_patch16_224", 13), ("deit_tiny_distilled_r8_inflect", "deit_tiny_distilled_patch16_224", (8, -1.0))],
+)
+def test_patch_equals_the_official_tome_patch(key, name, r):
+    """deploytk.patch against the logits recorded from facebookresearch/ToMe's `tome.patch.timm` on the same weights."""
+    model = seeded_init(timm.create_model(name), seed=1)
+    before = state_of(model)
+    merged = deploytk.patch(model, "tome", r=r)
+    with torch.no_grad():
+        got = merged(seeded_images(2, seed=2)).numpy()
+    np.testing.assert_allclose(got, RECORDED_TOME[key], rtol=0, atol=1e-4)
+    assert_unchanged(model, before, type(model), False)
+
+
+def test_method_options_are_keywords_checked_by_the_method(tmp_path):
+    model = small_timm(num_classes=3)
+    before = snapshot(tmp_path)
+    with pytest.raises(DeploytkError) as bad:
+        deploytk.export(model, tmp_path / "a", method="evit", keep_rate=3.0)
+    assert "invalid arguments to deploytk.export(): `keep_rate` = 3.0" in str(bad.value)
+    with pytest.raises(DeploytkError, match=r"unknown option `bogus` for method tome"):
+        deploytk.export(model, tmp_path / "a", bogus=1)
+    with pytest.raises(DeploytkError, match=r"`r` = -1: r must not be negative"):
+        deploytk.export(model, tmp_path / "a", r=-1)
+    with pytest.raises(DeploytkError, match=r"`img_size`=64, but the model object is built for 32x32"):
+        deploytk.export(model, tmp_path / "a", img_size=64)
+    with pytest.raises(DeploytkError, match=r"`model` is a dict"):
+        deploytk.export({"not": "a model"}, tmp_path / "a")
+    assert snapshot(tmp_path) == before
+
+
+def test_names_configs_and_config_objects_are_models_too(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("model: vit_tiny_patch16_224\nmodel_kwargs: {depth: 2}\nmerge: {method: tome, r: 4}\nexport: {img_size: 32}\n")
+    from_yaml = deploytk.inspect(config)
+    assert from_yaml["model"] == "vit_tiny_patch16_224" and from_yaml["r"] == 4
+    overridden = deploytk.inspect(config, r="2,2")  # the CLI's r syntax works too
+    assert overridden["r"] == [2, 2]
+    switched = deploytk.inspect(config, method="evit", keep_rate=0.5)  # the config's r is tome's: another method drops it
+    assert switched["method"] == "evit" and switched["r"] is None
+    # a keyword left out keeps the config's value
+    assert deploytk.inspect(deploytk.api.inputs.resolve(config, "t")[0])["r"] == 4
+
+
+def test_reports_print_a_line_and_a_table(tmp_path):
+    report = deploytk.inspect(small_timm(num_classes=3), r=2)
+    assert repr(report).startswith("InspectReport(model='memory:VisionTransformer-") and "gflops=" in repr(report)
+    assert "<table>" in report._repr_html_() and "flops_ratio" in report._repr_html_()
+    methods = deploytk.methods()
+    assert "tome" in methods.names() and methods.to_dict() == {"methods": list(methods)}
+    assert "timm" in deploytk.families().names()
+
+
+def test_load_refuses_what_is_not_an_artifact(tmp_path):
+    with pytest.raises(DeploytkError, match=r"does not exist"):
+        deploytk.load(tmp_path / "missing")
+
+
+def test_import_deploytk_is_light_and_names_the_api():
+    code = "import sys, deploytk; print(sorted(m for m in ('torch', 'onnx', 'timm') if m in sys.modules)); print('export' in dir(deploytk))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.stdout.split() == ["[]", "True"], out.stderr
