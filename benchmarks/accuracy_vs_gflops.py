@@ -48,7 +48,7 @@ def parse_args(argv=None):
 
 
 def versions() -> dict:
-    from deploytk.export.manifest import package_versions
+    from deploytk.exporter.manifest import package_versions
 
     out = package_versions()
     for name in ("numpy", "scikit-learn", "pillow", "matplotlib"):
@@ -115,7 +115,7 @@ def plot(rows: list[dict], out: FileOutput, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from deploytk.methods import get_method
+    from deploytk.reducers import get_method
 
     fig, ax = plt.subplots(figsize=(9.0, 5.0), dpi=120)
     colours = plt.get_cmap("tab20").colors
@@ -176,8 +176,8 @@ def main(argv=None) -> int:
     from deploytk.cli.render import RichProgress
     from deploytk.config import load_config
     from deploytk.errors import DeploytkError
-    from deploytk.evaluate.accuracy import evaluate
-    from deploytk.evaluate.digits import write_digits_imagefolder
+    from deploytk.evaluation.accuracy import evaluate
+    from deploytk.evaluation.digits import write_digits_imagefolder
     from deploytk.machine import host
 
     console = Console(stderr=True, highlight=False)

@@ -30,10 +30,10 @@ import onnx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from deploytk.backends.base import seeded_batch  # noqa: E402
-from deploytk.export.artifacts import Artifact  # noqa: E402
-from deploytk.export.baseline import baseline_onnx  # noqa: E402
-from deploytk.export.inline import inline_deploytk_functions  # noqa: E402
-from deploytk.export.onnx_io import runnable  # noqa: E402
+from deploytk.exporter.artifacts import Artifact  # noqa: E402
+from deploytk.exporter.baseline import baseline_onnx  # noqa: E402
+from deploytk.exporter.inline import inline_deploytk_functions  # noqa: E402
+from deploytk.exporter.onnx_io import runnable  # noqa: E402
 
 LINEAR = "linear layers (weights)"
 

@@ -35,10 +35,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from deploytk.config import apply_overrides, load_config  # noqa: E402
-from deploytk.export.pipeline import run_export  # noqa: E402
+from deploytk.exporter.pipeline import run_export  # noqa: E402
 from deploytk.files import FileOutput, claim_file  # noqa: E402
-from deploytk.methods import METHODS  # noqa: E402
 from deploytk.profile.profiler import profile  # noqa: E402
+from deploytk.reducers import METHODS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "export_configs"
@@ -96,7 +96,7 @@ def jobs(args) -> list[tuple[str, str, Path]]:
 
 
 def environment() -> dict:
-    from deploytk.export.manifest import package_versions
+    from deploytk.exporter.manifest import package_versions
     from deploytk.machine import host
 
     return {**host(), "versions": package_versions()}

@@ -28,9 +28,9 @@ from benchmarks.common import RESULTS, write_result  # noqa: E402
 from deploytk.config import apply_overrides, load_config  # noqa: E402
 from deploytk.data import folder_batches  # noqa: E402
 from deploytk.errors import DeploytkError  # noqa: E402
-from deploytk.evaluate.accuracy import exported_accuracy, scan_image_folder  # noqa: E402
-from deploytk.evaluate.digits import write_digits_imagefolder  # noqa: E402
-from deploytk.export.pipeline import run_export  # noqa: E402
+from deploytk.evaluation.accuracy import exported_accuracy, scan_image_folder  # noqa: E402
+from deploytk.evaluation.digits import write_digits_imagefolder  # noqa: E402
+from deploytk.exporter.pipeline import run_export  # noqa: E402
 from deploytk.files import claim_file  # noqa: E402
 from deploytk.machine import host  # noqa: E402
 from deploytk.models import build_reference  # noqa: E402

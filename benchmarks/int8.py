@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import cpu_result_output, deploytk, write_result  # noqa: E402
 from deploytk.backends import get_backend  # noqa: E402
-from deploytk.export.artifacts import Artifact  # noqa: E402
+from deploytk.exporter.artifacts import Artifact  # noqa: E402
 from deploytk.machine import host  # noqa: E402
 
 CONFIGS = ("deit_small_tome_r16", "deit_small_mctf_r16", "deit_small_evit_k70", "deit_base_tome_r16")

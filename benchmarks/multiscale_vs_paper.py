@@ -48,7 +48,7 @@ def markdown(report: dict) -> str:
 def main() -> int:
     from deploytk.analysis.inspect import inspect_config
     from deploytk.config import load_config
-    from deploytk.export.manifest import package_versions
+    from deploytk.exporter.manifest import package_versions
     from deploytk.files import atomic_file
     from deploytk.machine import host
 

@@ -14,11 +14,11 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 
+from deploytk.adapters.hf_common import HF_PREFIX
 from deploytk.errors import DeploytkError, file_problem
-from deploytk.families.hf_common import HF_PREFIX
 from deploytk.merging.outputs import DENSE_KINDS, OutputSpec
 from deploytk.merging.reduction import MethodOptions, Reduction
-from deploytk.methods import get_method
+from deploytk.reducers import get_method
 
 #: what `deploytk export` / `inspect` use without a CONFIG: found beside the package (the source tree's export_configs/),
 #: not in the working directory

@@ -9,7 +9,7 @@ import onnxruntime as ort
 import torch
 from deploytk_plugins.aot import ARCHES
 
-from deploytk.export.manifest import package_versions
+from deploytk.exporter.manifest import package_versions
 from deploytk.optional import (
     MIN_TENSORRT,
     OPENVINO_INSTALL_HINT,

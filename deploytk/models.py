@@ -16,11 +16,11 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
+from deploytk.adapters import ModelFamily, adapt, family_named
 from deploytk.config import DeployConfig
 from deploytk.errors import DeploytkError, file_problem
-from deploytk.families import ModelFamily, adapt, family_named
 from deploytk.merging.merged_vit import MergedViT, build_merged
-from deploytk.methods import METHODS
+from deploytk.reducers import METHODS
 
 RANDOM_INIT_SEED = 0
 #: ``model: memory:<id>``: a model object handed to the Python API, held by this process (``hold``)

@@ -34,8 +34,8 @@ from deploytk.backends.engine_manifest import onnx_mismatch, read_engine_manifes
 from deploytk.backends.openvino_backend import OpenVinoBackend
 from deploytk.data import image_files
 from deploytk.errors import DeploytkError
-from deploytk.export.artifacts import ENGINE_FILE, ENGINE_MANIFEST_FILE, Artifact
-from deploytk.export.onnx_io import data_file_name
+from deploytk.exporter.artifacts import ENGINE_FILE, ENGINE_MANIFEST_FILE, Artifact
+from deploytk.exporter.onnx_io import data_file_name
 from deploytk.files import DirectoryKind, claim_directory
 from deploytk.progress import SILENT, Progress
 from deploytk.validate.validator import run_validation

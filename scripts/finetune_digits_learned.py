@@ -195,8 +195,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     seed_everything(args.seed, args.threads)
     from deploytk.config import load_config
-    from deploytk.evaluate.accuracy import scan_image_folder
-    from deploytk.evaluate.digits import write_digits_imagefolder
+    from deploytk.evaluation.accuracy import scan_image_folder
+    from deploytk.evaluation.digits import write_digits_imagefolder
     from deploytk.models import create_model
 
     dense_cfg = load_config(ROOT / "export_configs" / "digits_vit_dense.yaml")

@@ -7,7 +7,7 @@ comparison on a 2-core CPU, for two configs:
 - ``export_configs/digits_vit_crucial_k70_trained.yaml``: the digits ViT (12 blocks, width 96, patch 4, 32 px)
   with crucial mergence at keep rate 0.7 in blocks 3, 6, 9 (+TM);
 - ``export_configs/digits_vit_multiscale_crucial_k70.yaml``: the same ViT as the multi-scale model
-  (``deploytk/families/multiscale_vit.py``: an 8x8 and a 4x4 token grid, fused before block 3) with the same
+  (``deploytk/adapters/multiscale_vit.py``: an 8x8 and a 4x4 token grid, fused before block 3) with the same
   mergence (+TM +MF).
 
 Both train from random init (seeded alike: every parameter the two share starts equal) with the recipe of
@@ -150,8 +150,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     seed_everything(args.seed, args.threads)
     from deploytk.config import load_config
-    from deploytk.evaluate.accuracy import scan_image_folder
-    from deploytk.evaluate.digits import write_digits_imagefolder
+    from deploytk.evaluation.accuracy import scan_image_folder
+    from deploytk.evaluation.digits import write_digits_imagefolder
     from deploytk.models import create_model
 
     cfg = load_config(CONFIGS["plain"])

@@ -131,10 +131,10 @@ def main(argv=None) -> int:
     import torch
     from safetensors.torch import save_file
 
+    from deploytk.adapters import adapt
     from deploytk.config import load_config
-    from deploytk.evaluate.accuracy import scan_image_folder
-    from deploytk.evaluate.digits import write_digits_imagefolder
-    from deploytk.families import adapt
+    from deploytk.evaluation.accuracy import scan_image_folder
+    from deploytk.evaluation.digits import write_digits_imagefolder
     from deploytk.machine import host
     from deploytk.models import create_vit
 
@@ -291,8 +291,8 @@ pretrained weights (`deploytk eval`, `benchmarks/accuracy_vs_gflops.py`).
 | model | `{cfg.model}` with `{{{kw}}}`, `img_size` {cfg.export.img_size}: 12 blocks, width 96, 3 heads, patch 4 -> 64 patches + class token = 65 tokens, {s["params"] / 1e6:.2f} M parameters |
 | configs | `export_configs/digits_vit_dense.yaml` (r=0), `export_configs/digits_vit_tome_r4.yaml` (ToMe r=4), ... |
 | weights | `digits_vit.safetensors`, fp16 ({s["file_mb"]:.2f} MB); `load_checkpoint` casts to the model's fp32 |
-| data | `sklearn.datasets.load_digits()` (1797 images), stratified split `train_test_split(test_size=0.25, random_state=0, stratify=y)`: {counts["num_train"]} train / {counts["num_val"]} val; intensities 0..16 -> 0..255, 8x8 -> {cfg.export.img_size}x{cfg.export.img_size} PIL bicubic, RGB PNG (`deploytk.evaluate.digits.write_digits_imagefolder`) |
-| preprocessing | timm's eval transform for the model (`TimmViT.eval_transform` in `deploytk/families/timm_vit.py`: resize {int(cfg.export.img_size / 0.9)} bicubic, center crop {cfg.export.img_size}, mean/std 0.5), the same as `deploytk eval` |
+| data | `sklearn.datasets.load_digits()` (1797 images), stratified split `train_test_split(test_size=0.25, random_state=0, stratify=y)`: {counts["num_train"]} train / {counts["num_val"]} val; intensities 0..16 -> 0..255, 8x8 -> {cfg.export.img_size}x{cfg.export.img_size} PIL bicubic, RGB PNG (`deploytk.evaluation.digits.write_digits_imagefolder`) |
+| preprocessing | timm's eval transform for the model (`TimmViT.eval_transform` in `deploytk/adapters/timm_vit.py`: resize {int(cfg.export.img_size / 0.9)} bicubic, center crop {cfg.export.img_size}, mean/std 0.5), the same as `deploytk eval` |
 | training | initial position embedding {"2-D sin-cos x " + str(args.pos_scale) if args.pos_init == "sincos" else "timm's"} (then learned), AdamW (lr {args.lr}, weight decay {args.weight_decay} on matrices), batch {args.batch_size}, {args.epochs} epochs, {args.warmup_epochs} warm-up epochs then cosine, label smoothing {args.label_smoothing}, grad-norm clip 1.0, random shifts of up to {args.shift} px; seed {args.seed}, `torch.use_deterministic_algorithms(True)`, {args.threads} CPU threads |
 | train time | **{s["train_seconds"]:.0f} s** on {s["device"]["cpu"]} ({s["device"]["cpu_count"]} cores), torch {s["torch"]}, timm {timm.__version__} |
 | **val top-1** | **{100 * s["val_top1"]:.2f}%** (top-5 {100 * s["val_top5"]:.2f}%), {counts["num_val"]} images, fp16 weights as shipped (fp32 before rounding: {100 * s["val_top1_fp32"]:.2f}%) |
@@ -311,7 +311,7 @@ versions may change the last digits.
 Check it (dense and ToMe, PyTorch and ONNX Runtime):
 
 ```bash
-python -c "from deploytk.evaluate import write_digits_imagefolder as w; w('/tmp/digits')"
+python -c "from deploytk.evaluation import write_digits_imagefolder as w; w('/tmp/digits')"
 deploytk eval export_configs/digits_vit_dense.yaml --data /tmp/digits/val
 deploytk eval export_configs/digits_vit_tome_r4.yaml --data /tmp/digits/val
 ```

@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from deploytk.config import load_config  # noqa: E402
 from deploytk.errors import DeploytkError  # noqa: E402
-from deploytk.export.pipeline import run_export  # noqa: E402
+from deploytk.exporter.pipeline import run_export  # noqa: E402
 from deploytk.files import claim_file  # noqa: E402
 from deploytk.validate.validator import run_validation  # noqa: E402
 

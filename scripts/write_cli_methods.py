@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from deploytk.methods import describe_methods
+from deploytk.reducers import describe_methods
 
 TARGET = Path(__file__).resolve().parents[1] / "deploytk" / "cli" / "methods.json"
 

@@ -1,4 +1,4 @@
-"""The Python API (``deploytk.export`` / ``load`` / ``patch`` / ``Artifact``) from the model object a user holds.
+"""The Python API (``deploytk.exporter`` / ``load`` / ``patch`` / ``Artifact``) from the model object a user holds.
 
 Each model kind round-trips: object -> export -> validate on ONNX Runtime and OpenVINO -> ``deploytk validate DIR``
 in a new process (the reference rebuilt from the weights and architecture stored in the artifact) -> the runner's
@@ -195,8 +195,10 @@ def test_names_configs_and_config_objects_are_models_too(tmp_path):
     assert from_yaml["model"] == "vit_tiny_patch16_224" and from_yaml["r"] == 4
     overridden = deploytk.inspect(config, r="2,2")  # the CLI's r syntax works too
     assert overridden["r"] == [2, 2]
-    switched = deploytk.inspect(config, method="evit", keep_rate=0.5)  # the config's r is tome's: another method drops it
-    assert switched["method"] == "evit" and switched["r"] is None
+    switched = deploytk.inspect(config, method="evit", keep_rate=0.5, layers=[1])  # the config's r was tome's: evit drops it
+    assert switched["method"] == "evit" and switched["r"] is None and switched["method_options"]["keep_rate"] == 0.5
+    with pytest.raises(DeploytkError, match=r"invalid arguments to deploytk.inspect\(\): method evit does not use `r`"):
+        deploytk.inspect(config, method="evit", r=4)
     # a keyword left out keeps the config's value
     assert deploytk.inspect(deploytk.api.inputs.resolve(config, "t")[0])["r"] == 4
 
@@ -204,7 +206,7 @@ def test_names_configs_and_config_objects_are_models_too(tmp_path):
 def test_reports_print_a_line_and_a_table(tmp_path):
     report = deploytk.inspect(small_timm(num_classes=3), r=2)
     assert repr(report).startswith("InspectReport(model='memory:VisionTransformer-") and "gflops=" in repr(report)
-    assert "<table>" in report._repr_html_() and "flops_ratio" in report._repr_html_()
+    assert "<table>" in report._repr_html_() and "flop_reduction" in report._repr_html_()
     methods = deploytk.methods()
     assert "tome" in methods.names() and methods.to_dict() == {"methods": list(methods)}
     assert "timm" in deploytk.families().names()

@@ -16,8 +16,8 @@ import pytest
 from typer.testing import CliRunner
 
 from deploytk.cli import app
-from deploytk.export.artifacts import Artifact
-from deploytk.export.baseline import baseline_name
+from deploytk.exporter.artifacts import Artifact
+from deploytk.exporter.baseline import baseline_name
 
 from helpers import seeded_init, snapshot
 from helpers.configs import ROOT

@@ -56,7 +56,7 @@ def test_non_vit_model(tmp_path):
 
 def test_unknown_method(tmp_path):
     output = export_fails(tmp_path, CONFIG, "--method", "tomee", match="unknown merge method 'tomee' (`merge.method`); available: ")
-    from deploytk.methods import METHODS
+    from deploytk.reducers import METHODS
 
     assert ", ".join(METHODS) in " ".join(output.split()) and "tome" in METHODS
 
@@ -140,7 +140,7 @@ def test_tensorrt_commands_fail_cleanly_without_tensorrt(tmp_path):
 
     if tensorrt_version() is not None:
         pytest.skip("TensorRT is installed here")
-    from deploytk.export.artifacts import MANIFEST_FORMAT, write_manifest
+    from deploytk.exporter.artifacts import MANIFEST_FORMAT, write_manifest
 
     (tmp_path / "model.onnx").write_bytes(b"")
     write_manifest(tmp_path, {"format": MANIFEST_FORMAT})  # an artifact that passes the manifest's own checks

@@ -83,9 +83,9 @@ def test_cli_defaults_equal_the_library_tables():
     from deploytk.config import DEFAULT_CONFIG
     from deploytk.package import DEFAULT_ONNX_MAX_BATCH
     from deploytk.quantize import DEFAULT_CALIBRATION_IMAGES
-    from deploytk.tune import PERCENTILES
+    from deploytk.tuning import PERCENTILES
     from deploytk.validate.validator import PRECISION_TOLERANCES
-    from deploytk.visualize import REFERENCE, backend_names
+    from deploytk.visualization import REFERENCE, backend_names
 
     assert defaults.DEFAULT_CONFIG == DEFAULT_CONFIG
     assert defaults.BACKEND_NAMES == tuple(BACKENDS)

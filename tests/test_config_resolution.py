@@ -9,7 +9,7 @@ import deploytk.config
 from deploytk.analysis.inspect import inspect_config
 from deploytk.config import config_from_dict, config_to_dict
 from deploytk.errors import DeploytkError
-from deploytk.methods.evit import EViT
+from deploytk.reducers.evit import EViT
 
 
 def test_the_method_is_looked_up_once_for_a_whole_inspect(monkeypatch):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from deploytk.errors import DeploytkError
-from deploytk.export.artifacts import EXPORT, MANIFEST_FORMAT
+from deploytk.exporter.artifacts import EXPORT, MANIFEST_FORMAT
 from deploytk.files import DirectoryKind, atomic_file, claim_directory, claim_file, claim_yaml, write_atomically, written_by_deploytk
 
 from helpers import snapshot

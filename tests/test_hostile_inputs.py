@@ -145,7 +145,7 @@ def test_paths_no_output_may_take_are_refused_before_any_work(name, target, matc
 
 def test_export_over_an_earlier_export_replaces_only_its_own_files(work, configs, artifact):
     """A plain rerun over an earlier export, and the in-place replace, are held on the library level (tests/test_files.py)."""
-    from deploytk.export.artifacts import Artifact
+    from deploytk.exporter.artifacts import Artifact
 
     out = work / "art"
     shutil.copytree(artifact, out)  # an earlier export of the same config
@@ -306,7 +306,7 @@ def test_the_default_config_is_found_beside_the_package_from_any_folder(work):
 
 
 def test_offline_pretrained_fails_fast_with_the_hint(work, monkeypatch):
-    import deploytk.families.timm_vit as timm_family
+    import deploytk.adapters.timm_vit as timm_family
 
     monkeypatch.setattr(timm_family, "hub_reachable", lambda timeout_s=3.0: False)  # as on a machine without network
     (work / "pre.yaml").write_text("model: deit_tiny_patch16_224\npretrained: true\nmerge: {method: tome, r: 8}\n")

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from deploytk.adapters import adapt
 from deploytk.data import load_images, read_rgb
 from deploytk.errors import DeploytkError
-from deploytk.families import adapt
 
 RNG = np.random.default_rng(0)
 H, W = 20, 28  # not square: a rotation shows

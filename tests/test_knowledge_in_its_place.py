@@ -3,7 +3,7 @@ compared as a string elsewhere.
 
 The way the layer contract is checked by import-linter, this is checked by reading the source: a comparison with a
 backend's ``--backend`` name outside ``deploytk/backends/``, or with a method's ``merge.method`` name outside
-``deploytk/methods/``, is that runtime's or method's knowledge leaking out (ask the Backend or the method instead).
+``deploytk/reducers/``, is that runtime's or method's knowledge leaking out (ask the Backend or the method instead).
 """
 
 import re
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from deploytk.backends import BACKENDS
-from deploytk.methods import METHODS
+from deploytk.reducers import METHODS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -23,7 +23,7 @@ def compared(names) -> re.Pattern:
     return re.compile(rf"""(==|!=|\bin\s*[\(\[\{{][^\)\]\}}]*)\s*["']({alternatives})["']|["']({alternatives})["']\s*(==|!=)""")
 
 
-@pytest.mark.parametrize("names, home", [(BACKENDS, "backends"), (METHODS, "methods")], ids=["backend", "method"])
+@pytest.mark.parametrize("names, home", [(BACKENDS, "backends"), (METHODS, "reducers")], ids=["backend", "method"])
 def test_no_name_is_compared_outside_its_home(names, home):
     pattern, found = compared(names), []
     for folder in ("deploytk", "benchmarks", "plugins"):
@@ -52,20 +52,20 @@ def test_every_backend_names_itself_for_reports_and_says_whether_it_needs_a_buil
 
 
 def test_model_library_classes_are_touched_only_by_their_family():
-    """timm's model modules and transformers are imported only in deploytk/families/ (timm's loader in models.py is the one
+    """timm's model modules and transformers are imported only in deploytk/adapters/ (timm's loader in models.py is the one
     exception left until it moves into the timm family); timm.data transforms belong to the timm family too."""
     pattern = re.compile(r"^\s*(from|import)\s+(timm\b|transformers\b)")
     found = []
     for path in sorted((ROOT / "deploytk").rglob("*.py")):
         rel = path.relative_to(ROOT)
-        if "families" in rel.parts or rel.as_posix() == "deploytk/models.py":
+        if "adapters" in rel.parts or rel.as_posix() == "deploytk/models.py":
             continue
         found += [f"{rel}:{n}: {line.strip()}" for n, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
-    assert not found, "model-library imports outside deploytk/families/:\n" + "\n".join(found)
+    assert not found, "model-library imports outside deploytk/adapters/:\n" + "\n".join(found)
 
 
 def test_every_family_describes_itself():
-    from deploytk.families import FAMILIES, describe_families
+    from deploytk.adapters import FAMILIES, describe_families
 
     described = describe_families()
     assert [f["name"] for f in described] == list(FAMILIES) and all(f["summary"] and f["classes"] for f in described)
@@ -73,7 +73,7 @@ def test_every_family_describes_itself():
 
 
 def test_onnx_files_are_written_in_one_place():
-    """export/onnx_io.py writes every ONNX file (external data past 2 GiB); a save_model elsewhere would break large models."""
+    """exporter/onnx_io.py writes every ONNX file (external data past 2 GiB); a save_model elsewhere would break large models."""
     found = [
         f"{path.relative_to(ROOT)}:{n}"
         for folder in ("deploytk", "benchmarks", "scripts", "plugins")
@@ -82,4 +82,4 @@ def test_onnx_files_are_written_in_one_place():
         for n, line in enumerate(path.read_text().splitlines(), 1)
         if re.search(r"\bonnx\.save(_model)?\(|\.SerializeToString\(\)", line) and "schema" not in line
     ]
-    assert not found, "ONNX written or serialised outside deploytk/export/onnx_io.py:\n" + "\n".join(found)
+    assert not found, "ONNX written or serialised outside deploytk/exporter/onnx_io.py:\n" + "\n".join(found)

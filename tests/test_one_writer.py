@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from deploytk.export.artifacts import EXPORT, Artifact
+from deploytk.exporter.artifacts import EXPORT, Artifact
 from deploytk.files import OutputLock, claim_directory, claim_file, lock_path, stale_entries
 
 from helpers import snapshot

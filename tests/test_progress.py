@@ -12,7 +12,7 @@ from deploytk.backends import Backend, LoadedModel
 from deploytk.cli import render
 from deploytk.cli.render import RichProgress
 from deploytk.data import synthetic_batches
-from deploytk.export.artifacts import Artifact
+from deploytk.exporter.artifacts import Artifact
 from deploytk.profile.profiler import profile
 from deploytk.progress import Progress
 from deploytk.validate.validator import Tolerances, validate_each

@@ -11,8 +11,8 @@ import pytest
 import tomllib
 
 from deploytk.backends import BACKENDS
-from deploytk.methods import METHODS
 from deploytk.ops import OPS
+from deploytk.reducers import METHODS
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()

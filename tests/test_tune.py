@@ -11,20 +11,20 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-import deploytk.tune.candidates
-import deploytk.tune.measure
+import deploytk.tuning.candidates
+import deploytk.tuning.measure
 from deploytk.cli import app
 from deploytk.config import config_from_dict, load_config
 from deploytk.errors import DeploytkError
-from deploytk.methods import get_method
-from deploytk.tune import tune
-from deploytk.tune.candidates import Candidate, candidates_for
-from deploytk.tune.search import Search
+from deploytk.reducers import get_method
+from deploytk.tuning import tune
+from deploytk.tuning.candidates import Candidate, candidates_for
+from deploytk.tuning.search import Search
 
 ROOT = Path(__file__).resolve().parents[1]
 TOME = ROOT / "export_configs" / "digits_vit_tome_r4.yaml"
 runner = CliRunner()
-REAL_PROFILE = deploytk.tune.measure.profile
+REAL_PROFILE = deploytk.tuning.measure.profile
 
 
 def fake_search(latencies: list[float], budget: float, dense: float, noise: dict | None = None) -> tuple[Search, list[int]]:
@@ -108,9 +108,9 @@ def test_keep_rate_and_atm_quantile_candidates():
 def test_atm_with_a_preset_searches_the_papers_table_points(monkeypatch):
     import numpy as np
 
-    import deploytk.tune.candidates
-    from deploytk.calibrate import calibrate
-    from deploytk.methods.atm import PRESETS
+    import deploytk.tuning.candidates
+    from deploytk.calibration import calibrate
+    from deploytk.reducers.atm import PRESETS
 
     def calibrate_then_fake_r(cfg, *args, **kwargs):
         """Random DeiT-T weights clear none of the paper's thresholds (r = 0 everywhere, nothing to tune), so the calibrated r is
@@ -120,7 +120,7 @@ def test_atm_with_a_preset_searches_the_papers_table_points(monkeypatch):
         data["merge"]["r"] = [int(100 * (1 - theta.theta_min))] * 12
         return data, report
 
-    monkeypatch.setattr(deploytk.tune.candidates, "calibrate", calibrate_then_fake_r)
+    monkeypatch.setattr(deploytk.tuning.candidates, "calibrate", calibrate_then_fake_r)
     batches = [np.random.default_rng(0).standard_normal((2, 3, 224, 224), dtype=np.float32)]
     cands = candidates_for(load_config(ROOT / "export_configs" / "deit_tiny_atm.yaml"), calibration=(batches, "synthetic"))
     table = {p.gflops: p for p in PRESETS["deit_t"]}
@@ -165,7 +165,7 @@ def tuned(tmp_path_factory):
     # 2-core CI machine's timings drift by more than the gap between neighbouring schedules, and this test is about the
     # command (exports, cache, choice, config, report), not about the machine. The search itself is tested exactly above.
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(deploytk.tune.measure, "profile", _profile_with_latency_from_gflops)
+        patch.setattr(deploytk.tuning.measure, "profile", _profile_with_latency_from_gflops)
         ok = runner.invoke(app, ["tune", str(TOME), "--budget-ms", str(OK_BUDGET_MS), "--output", str(tmp / "ok.yaml"), *common])
     return tmp, impossible, trivial, ok
 
@@ -229,7 +229,7 @@ def test_noise_that_undoes_every_candidate_ends_as_impossible_not_a_loop():
 def test_with_data_the_most_accurate_candidate_within_budget_is_chosen():
     from types import SimpleNamespace
 
-    from deploytk.tune.report import build_report
+    from deploytk.tuning.report import build_report
 
     search, _ = fake_search([100, 80, 60, 40], budget=85, dense=120)
     assert search.run() == "ok" and search.boundary[1] == 1  # without data: the least aggressive within budget

@@ -33,9 +33,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from deploytk.adapters import ModelFamily
 from deploytk.data import load_images
 from deploytk.errors import DeploytkError, file_problem
-from deploytk.families import ModelFamily
 from deploytk.files import FileOutput
 from deploytk.merging.learned import LearnedMerge
 from deploytk.merging.merged_vit import MergedViT

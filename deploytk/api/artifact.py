@@ -17,8 +17,8 @@ from deploytk.backends import DEFAULT_BACKEND, LoadedModel, get_backend
 from deploytk.build.builder import build_engine
 from deploytk.build.options import build_options
 from deploytk.errors import DeploytkError
-from deploytk.evaluate.accuracy import evaluate as evaluate_accuracy
-from deploytk.export import artifacts
+from deploytk.evaluation.accuracy import evaluate as evaluate_accuracy
+from deploytk.exporter import artifacts
 from deploytk.package import package_triton
 from deploytk.profile.profiler import parse_batch_sizes
 from deploytk.profile.profiler import profile as profile_artifact
@@ -62,7 +62,7 @@ class Runner:
 
 
 class Artifact:
-    """An export folder (model.onnx + manifest.json), opened and checked (``deploytk.load``, or what ``deploytk.export``
+    """An export folder (model.onnx + manifest.json), opened and checked (``deploytk.load``, or what ``deploytk.exporter``
     returns). ``to_dict()`` is what ``deploytk export --json`` prints."""
 
     def __init__(self, directory: str | Path):

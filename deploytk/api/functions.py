@@ -13,6 +13,7 @@ from typing import Any
 
 from torch import nn
 
+from deploytk.adapters import describe_families
 from deploytk.analysis.inspect import inspect_config
 from deploytk.api.artifact import Artifact
 from deploytk.api.inputs import ModelLike, resolve
@@ -26,20 +27,19 @@ from deploytk.api.reports import (
     VisualizationReport,
 )
 from deploytk.backends import DEFAULT_BACKEND
-from deploytk.calibrate import calibrate_config
+from deploytk.calibration import calibrate_config
 from deploytk.config import DeployConfig
 from deploytk.errors import DeploytkError
-from deploytk.evaluate.accuracy import evaluate as evaluate_accuracy
-from deploytk.evaluate.accuracy import scan_image_folder
-from deploytk.export.pipeline import run_export
-from deploytk.families import describe_families
+from deploytk.evaluation.accuracy import evaluate as evaluate_accuracy
+from deploytk.evaluation.accuracy import scan_image_folder
+from deploytk.exporter.pipeline import run_export
 from deploytk.merging.merged_vit import MergedViT
-from deploytk.methods import describe_methods
 from deploytk.models import build_reference
 from deploytk.progress import SILENT, Progress
-from deploytk.tune import tune as tune_config
-from deploytk.visualize import REFERENCE
-from deploytk.visualize import visualize as draw
+from deploytk.reducers import describe_methods
+from deploytk.tuning import tune as tune_config
+from deploytk.visualization import REFERENCE
+from deploytk.visualization import visualize as draw
 
 
 def _default_output(model: ModelLike, cfg: DeployConfig) -> Path:

@@ -1,6 +1,6 @@
 """What the Python API's ``model`` argument may be, turned into one validated ``DeployConfig``.
 
-A model object (copied and held for this process, see ``deploytk.export.source``), a timm name, an ``hf:`` name or
+A model object (copied and held for this process, see ``deploytk.exporter.source``), a timm name, an ``hf:`` name or
 folder, a YAML config path or a ``DeployConfig``; keyword arguments override the config's fields, and a bad one is
 refused naming the keyword, not the config field it lands in.
 """
@@ -15,7 +15,8 @@ from torch import nn
 
 from deploytk.config import DeployConfig, absolute_hf_folder, config_from_dict, load_config
 from deploytk.errors import DeploytkError
-from deploytk.export.source import HeldObject, take
+from deploytk.exporter.source import HeldObject, take
+from deploytk.reducers import METHODS
 
 #: what ``model`` may be
 ModelLike = nn.Module | str | Path | DeployConfig
@@ -92,8 +93,11 @@ def resolve(model: ModelLike, where: str, store: bool = False, **keywords: Any) 
     if keywords.get("checkpoint") is not None:
         keywords["checkpoint"] = str(Path(keywords["checkpoint"]).expanduser().resolve())
     before = (data.get("merge") or {}).get("method", "tome")
-    if keywords.get("method") not in (None, before):
-        (data.get("merge") or {}).pop("options", None)  # the config's options were another method's
+    if keywords.get("method") not in (None, before):  # the config's options (and r) were another method's
+        merge = data.get("merge") or {}
+        merge.pop("options", None)
+        if keywords.get("r") is None and keywords["method"] in METHODS and not METHODS[keywords["method"]].uses_r:
+            merge.pop("r", None)
     for keyword, value in keywords.items():
         if value is not None:
             section, field = FIELDS[keyword]

@@ -104,7 +104,7 @@ class ProfileReport(Report):
 class InspectReport(Report):
     """``inspect``: the token schedule and GFLOPs per layer and in total."""
 
-    summary_keys = ("model", "method", "r", "gflops", "gflops_unmerged", "flops_ratio")
+    summary_keys = ("model", "method", "r", "gflops", "dense_gflops", "flop_reduction")
 
 
 class TuneReport(Report):

@@ -20,8 +20,8 @@ import torch
 from polygraphy.backend.base import BaseRunner
 from polygraphy.common import TensorMetadata
 
-from deploytk.export.artifacts import Artifact
-from deploytk.export.onnx_export import INPUT_NAME
+from deploytk.exporter.artifacts import Artifact
+from deploytk.exporter.onnx_export import INPUT_NAME
 from deploytk.machine import host
 from deploytk.progress import SILENT, Progress
 

@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from deploytk.export.onnx_io import infer_shapes
+from deploytk.exporter.onnx_io import infer_shapes
 
 EMULATION_NOTE = (
     "bf16 emulated on ONNX Runtime CPU (no bf16 kernels there): fp32 arithmetic, every bf16 tensor rounded to bf16 where it is produced"

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from deploytk.errors import DeploytkError
-from deploytk.export.artifacts import ENGINE_FILE, ENGINE_MANIFEST_FILE
+from deploytk.exporter.artifacts import ENGINE_FILE, ENGINE_MANIFEST_FILE
 
 
 def engine_manifest(

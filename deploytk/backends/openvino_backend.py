@@ -31,10 +31,10 @@ import onnx
 
 from deploytk.backends.base import Backend, LoadedModel, host_timer, seeded_batch
 from deploytk.errors import DeploytkError
-from deploytk.export.artifacts import Artifact
-from deploytk.export.baseline import baseline_onnx, quantized_baseline_path, verified_quantized_baseline
-from deploytk.export.inline import inline_deploytk_functions
-from deploytk.export.onnx_io import runnable
+from deploytk.exporter.artifacts import Artifact
+from deploytk.exporter.baseline import baseline_onnx, quantized_baseline_path, verified_quantized_baseline
+from deploytk.exporter.inline import inline_deploytk_functions
+from deploytk.exporter.onnx_io import runnable
 from deploytk.ops import MATCHING_OPS
 from deploytk.optional import openvino_version, require_openvino
 from deploytk.progress import SILENT, Progress

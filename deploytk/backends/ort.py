@@ -14,11 +14,11 @@ import onnxruntime as ort
 from deploytk.backends.base import Backend, LoadedModel, host_timer, seeded_batch
 from deploytk.backends.bf16_emulation import EMULATION_NOTE, emulate_bf16
 from deploytk.errors import DeploytkError
-from deploytk.export.artifacts import Artifact
-from deploytk.export.baseline import baseline_onnx
-from deploytk.export.onnx_export import INPUT_NAME
-from deploytk.export.onnx_io import runnable
-from deploytk.export.probes import choice_inputs_quantized
+from deploytk.exporter.artifacts import Artifact
+from deploytk.exporter.baseline import baseline_onnx
+from deploytk.exporter.onnx_export import INPUT_NAME
+from deploytk.exporter.onnx_io import runnable
+from deploytk.exporter.probes import choice_inputs_quantized
 from deploytk.progress import SILENT, Progress
 
 #: ONNX Runtime's CUDA provider runs fp32 MatMul/Conv in TF32 by default (10-bit mantissa), far

@@ -9,7 +9,7 @@ import torch
 
 from deploytk.backends.base import Backend, LoadedModel, host_timer, seeded_batch
 from deploytk.errors import DeploytkError
-from deploytk.export.baseline import dense_model
+from deploytk.exporter.baseline import dense_model
 from deploytk.merging.precision import to_precision
 from deploytk.models import build_reference
 from deploytk.progress import SILENT, Progress

@@ -23,9 +23,9 @@ import torch
 from deploytk.backends.base import Backend, LoadedModel
 from deploytk.backends.engine_manifest import check_engine, gpu_identity, read_engine_manifest
 from deploytk.errors import DeploytkError
-from deploytk.export.artifacts import BASELINE_ENGINE_FILE, ENGINE_FILE, Artifact
-from deploytk.export.manifest import sha256_file
-from deploytk.export.onnx_export import INPUT_NAME
+from deploytk.exporter.artifacts import BASELINE_ENGINE_FILE, ENGINE_FILE, Artifact
+from deploytk.exporter.manifest import sha256_file
+from deploytk.exporter.onnx_export import INPUT_NAME
 from deploytk.optional import require_tensorrt
 from deploytk.progress import SILENT, Progress
 

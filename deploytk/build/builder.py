@@ -27,11 +27,11 @@ from deploytk.backends.engine_manifest import engine_manifest, gpu_identity
 from deploytk.build.graph import check_tensorrt_supports, prepare_for_build
 from deploytk.build.options import BuildOptions
 from deploytk.errors import DeploytkError
-from deploytk.export.artifacts import BASELINE_ENGINE_FILE, ENGINE_FILE, ENGINE_MANIFEST_FILE, MODEL_FILE, Artifact, require_artifact_dir
-from deploytk.export.baseline import baseline_onnx
-from deploytk.export.manifest import now_utc, sha256_file
-from deploytk.export.onnx_export import INPUT_NAME
-from deploytk.export.onnx_io import runnable
+from deploytk.exporter.artifacts import BASELINE_ENGINE_FILE, ENGINE_FILE, ENGINE_MANIFEST_FILE, MODEL_FILE, Artifact, require_artifact_dir
+from deploytk.exporter.baseline import baseline_onnx
+from deploytk.exporter.manifest import now_utc, sha256_file
+from deploytk.exporter.onnx_export import INPUT_NAME
+from deploytk.exporter.onnx_io import runnable
 from deploytk.files import write_atomically
 from deploytk.optional import require_tensorrt
 from deploytk.progress import SILENT, Progress

@@ -14,7 +14,7 @@ import onnx
 
 from deploytk.build.options import BuildOptions
 from deploytk.errors import DeploytkError
-from deploytk.export.native_attention import use_native_attention
+from deploytk.exporter.native_attention import use_native_attention
 from deploytk.ops import DOMAIN, OPS, PLUGIN_ATTRIBUTES
 from deploytk.optional import version_tuple
 

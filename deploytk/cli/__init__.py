@@ -176,7 +176,7 @@ def export(
     DIR must be new, empty or an earlier export; a folder or file deploytk did not write is refused before any work.
     """
     from deploytk.config import load_config_with_overrides
-    from deploytk.export.pipeline import run_export
+    from deploytk.exporter.pipeline import run_export
 
     overrides = {"checkpoint": str(checkpoint) if checkpoint else None, "model": model, "method": method, "r": r, "precision": precision}
     config = config or given_default_config()
@@ -329,7 +329,7 @@ def visualize(
 ):
     """Draw the image with every patch coloured by the token it belongs to after each chosen block (dimmed: dropped, hatched: fused)."""
     from deploytk.config import load_config_with_overrides
-    from deploytk.visualize import visualize as run_visualize
+    from deploytk.visualization import visualize as run_visualize
 
     cfg = load_config_with_overrides(config, checkpoint=str(checkpoint) if checkpoint else None)
     with RichProgress(not json_out) as progress:
@@ -363,7 +363,7 @@ def methods(
 @handle_errors
 def families(json_out: bool = JSON):
     """List the model families (`model:`) deploytk runs: timm ViTs and the Hugging Face transformers image towers."""
-    from deploytk.families import describe_families
+    from deploytk.adapters import describe_families
 
     render.families(describe_families(), json_out)
 
@@ -381,7 +381,7 @@ def calibrate(
     json_out: bool = JSON,
 ):
     """Run ATM dynamically on calibration data and write a config with a fixed per-layer schedule."""
-    from deploytk.calibrate import calibrate_config
+    from deploytk.calibration import calibrate_config
 
     with RichProgress() as progress:
         report = calibrate_config(
@@ -417,7 +417,7 @@ def tune(
     json_out: bool = JSON,
 ):
     """Find the least aggressive schedule whose latency meets --budget-ms on this backend and hardware; write it as a config."""
-    from deploytk.tune import tune as run_tune
+    from deploytk.tuning import tune as run_tune
 
     try:
         inflection_list = [float(v) for v in inflections.split(",")] if inflections else None
@@ -531,7 +531,7 @@ def eval_accuracy(
 ):
     """Top-1/top-5 on an ImageFolder of the unmerged model, the merged reference and the exported model on a runtime, with GFLOPs."""
     from deploytk.config import load_config_with_overrides
-    from deploytk.evaluate.accuracy import evaluate, scan_image_folder
+    from deploytk.evaluation.accuracy import evaluate, scan_image_folder
 
     if batch_size < 1:
         raise DeploytkError(f"--batch-size {batch_size}: must be an int >= 1.")

@@ -26,11 +26,11 @@ PRECISION_TOLERANCES = {
 }
 #: deploytk.quantize.DEFAULT_CALIBRATION_IMAGES
 DEFAULT_CALIBRATION_IMAGES = 300
-#: deploytk.tune.PERCENTILES
+#: deploytk.tuning.PERCENTILES
 PERCENTILES = ("p50", "p90", "p99")
 #: deploytk_plugins.aot.ARCHES' names
 ARCHES = ("sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_100", "sm_103", "sm_110", "sm_120", "sm_121")
-#: deploytk.visualize.REFERENCE and deploytk.visualize.backend_names()
+#: deploytk.visualization.REFERENCE and deploytk.visualization.backend_names()
 VISUALIZE_REFERENCE = "reference"
 VISUALIZE_BACKENDS = ("reference", "ort", "ort-cuda", "openvino")
 #: deploytk.package.DEFAULT_ONNX_MAX_BATCH

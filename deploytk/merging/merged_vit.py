@@ -2,7 +2,7 @@
 
 The wrapper re-uses the model's own modules (so its state_dict and weights are the model's)
 and re-implements only the forward pass, through the model's family adapter
-(``deploytk.families``): the family embeds the image into tokens, each block is run by the
+(``deploytk.adapters``): the family embeds the image into tokens, each block is run by the
 method (``Reduction.block``; by default attention, the method's ``reduce``, MLP) on the
 block's parts, per-token sizes are carried to proportional attention and a size-weighted
 average pool, and the family's head ends it. With the base ``Reduction`` (no reduction) it
@@ -17,9 +17,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import deploytk.ops  # noqa: F401  (registers torch.ops.deploytk.*)
+from deploytk.adapters import BlockParts, ModelFamily, adapt
+from deploytk.adapters.attention import attend, attention_probs
 from deploytk.errors import DeploytkError
-from deploytk.families import BlockParts, ModelFamily, adapt
-from deploytk.families.attention import attend, attention_probs
 from deploytk.merging.outputs import DENSE_KINDS, OutputSpec, PatchSources
 from deploytk.merging.reduction import MethodOptions, Reduction
 from deploytk.merging.schedule import TokenSchedule, parse_r

@@ -1,6 +1,6 @@
 """``Reduction``, the base of every token-reduction method, and the registry methods join with ``@register_method``.
 
-A method is one file in ``deploytk/methods/``: its options (a pydantic model, validated from
+A method is one file in ``deploytk/reducers/``: its options (a pydantic model, validated from
 ``merge.options``), its static schedule (planned in its own ``__init__`` from the model and the
 config) and what it does to the tokens of a block (``reduce``, between attention and MLP as in
 ToMe, or a whole ``block`` of its own as MCTF needs). The framework (``MergedViT``) runs the
@@ -14,8 +14,8 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from torch import nn
 
+from deploytk.adapters import BlockParts, ModelFamily
 from deploytk.errors import DeploytkError
-from deploytk.families import BlockParts, ModelFamily
 from deploytk.merging.schedule import TokenSchedule
 
 
@@ -150,7 +150,7 @@ def check_layers(layers, depth: int, method: str) -> list[int]:
     return sorted(set(layers))
 
 
-#: merge.method -> its Reduction class; filled by ``@register_method`` as ``deploytk.methods`` loads
+#: merge.method -> its Reduction class; filled by ``@register_method`` as ``deploytk.reducers`` loads
 METHODS: dict[str, type[Reduction]] = {}
 
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from deploytk.backends import BACKENDS, Backend, get_backend
 from deploytk.errors import DeploytkError
-from deploytk.export.artifacts import Artifact
+from deploytk.exporter.artifacts import Artifact
 from deploytk.progress import SILENT, Progress
 
 #: the fewest timed runs that back a tail percentile: with fewer, "p99" is only the largest run (20 runs: the

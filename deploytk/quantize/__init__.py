@@ -19,9 +19,9 @@ import numpy as np
 
 from deploytk.data import folder_batches, synthetic_batches
 from deploytk.errors import DeploytkError
-from deploytk.export.artifacts import BASELINE_DIR, EXPORT, MANIFEST_FILE, MODEL_FILE, Artifact, write_manifest
-from deploytk.export.baseline import baseline_onnx
-from deploytk.export.manifest import now_utc, package_versions, sha256_file
+from deploytk.exporter.artifacts import BASELINE_DIR, EXPORT, MANIFEST_FILE, MODEL_FILE, Artifact, write_manifest
+from deploytk.exporter.baseline import baseline_onnx
+from deploytk.exporter.manifest import now_utc, package_versions, sha256_file
 from deploytk.files import claim_directory
 from deploytk.models import build_reference
 from deploytk.optional import nncf_version

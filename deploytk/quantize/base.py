@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from deploytk.export.artifacts import Artifact
+from deploytk.exporter.artifacts import Artifact
 
 
 class Quantizer(ABC):

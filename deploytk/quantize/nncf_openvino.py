@@ -22,11 +22,11 @@ import onnx
 
 from deploytk.backends.openvino_backend import fake_quantized_choices, stable_topk
 from deploytk.errors import DeploytkError
-from deploytk.export.artifacts import BASELINE_DIR, IR_FILE, IR_WEIGHTS_FILE, MODEL_FILE, Artifact
-from deploytk.export.baseline import quantized_baseline_path
-from deploytk.export.inline import inline_deploytk_functions
-from deploytk.export.manifest import sha256_file
-from deploytk.export.onnx_io import runnable
+from deploytk.exporter.artifacts import BASELINE_DIR, IR_FILE, IR_WEIGHTS_FILE, MODEL_FILE, Artifact
+from deploytk.exporter.baseline import quantized_baseline_path
+from deploytk.exporter.inline import inline_deploytk_functions
+from deploytk.exporter.manifest import sha256_file
+from deploytk.exporter.onnx_io import runnable
 from deploytk.ops import DOMAIN
 from deploytk.optional import nncf_version, openvino_version, require_nncf
 from deploytk.quantize.base import Quantizer

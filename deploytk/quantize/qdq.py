@@ -27,10 +27,10 @@ import numpy as np
 import onnx
 
 from deploytk.errors import DeploytkError
-from deploytk.export.artifacts import BASELINE_DIR, MODEL_FILE, Artifact
-from deploytk.export.manifest import sha256_file
-from deploytk.export.onnx_export import INPUT_NAME
-from deploytk.export.probes import choice_inputs_quantized
+from deploytk.exporter.artifacts import BASELINE_DIR, MODEL_FILE, Artifact
+from deploytk.exporter.manifest import sha256_file
+from deploytk.exporter.onnx_export import INPUT_NAME
+from deploytk.exporter.probes import choice_inputs_quantized
 from deploytk.quantize.base import Quantizer
 
 #: ops that carry a weight and that both runtimes run in int8

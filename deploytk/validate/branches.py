@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from deploytk.export.probes import Probe
+from deploytk.exporter.probes import Probe
 from deploytk.ops import spec_for
 from deploytk.ops.ties import PERTURBATION_TRIALS, ROUNDING_PERTURBATION
 

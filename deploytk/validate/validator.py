@@ -20,9 +20,9 @@ from deploytk.backends import Backend, ModelRunner, get_backend
 from deploytk.backends.torch_backend import TorchModel
 from deploytk.data import folder_batches, synthetic_batches
 from deploytk.errors import DeploytkError
-from deploytk.export.artifacts import Artifact
-from deploytk.export.onnx_export import INPUT_NAME
-from deploytk.export.probes import with_matching_outputs
+from deploytk.exporter.artifacts import Artifact
+from deploytk.exporter.onnx_export import INPUT_NAME
+from deploytk.exporter.probes import with_matching_outputs
 from deploytk.models import build_reference
 from deploytk.progress import SILENT, Progress
 from deploytk.validate.branches import choices_reproduced, explain_flips

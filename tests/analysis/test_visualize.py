@@ -14,11 +14,11 @@ from deploytk.analysis.token_map import choose_layers, load_image, png_size, sav
 from deploytk.cli import app
 from deploytk.config import config_from_dict
 from deploytk.errors import DeploytkError
-from deploytk.export.pipeline import run_export
+from deploytk.exporter.pipeline import run_export
 from deploytk.files import claim_file
-from deploytk.methods import METHODS, get_method
 from deploytk.models import build_reference
-from deploytk.visualize import picture, trace, visualize
+from deploytk.reducers import METHODS, get_method
+from deploytk.visualization import picture, trace, visualize
 
 from helpers import digits_config
 

@@ -83,7 +83,7 @@ def test_validate_on_two_backends_refuses_before_running_any(exported):
 
 def test_openvino_equals_onnx_runtime_on_the_same_graph(digits_tome):
     from deploytk.backends import get_backend
-    from deploytk.export.artifacts import Artifact
+    from deploytk.exporter.artifacts import Artifact
 
     artifact = Artifact.open(digits_tome)
     x = synthetic_batches(8, 8, (32, 32))[0]
@@ -120,7 +120,7 @@ def test_a_changed_inlined_file_is_refused(digits_tome, tmp_path):
 
 
 def test_validate_on_openvino_probes_the_choices_of_the_inlined_file(digits_tome):
-    from deploytk.export.probes import with_matching_outputs
+    from deploytk.exporter.probes import with_matching_outputs
 
     model, probes = with_matching_outputs(digits_tome / "model.inlined.onnx", matching_from=digits_tome / "model.onnx")
     matching = [n for n in onnx.load(str(digits_tome / "model.onnx")).graph.node if n.op_type == "ToMeMatch"]
@@ -169,7 +169,7 @@ def test_missing_openvino_exits_2_with_the_install_command(digits_tome, monkeypa
 
 
 def test_eval_on_openvino(tmp_path):
-    from deploytk.evaluate.digits import write_digits_imagefolder
+    from deploytk.evaluation.digits import write_digits_imagefolder
 
     root = tmp_path / "digits"
     write_digits_imagefolder(root, img_size=32)
@@ -191,7 +191,7 @@ def _ov_single_node(op_name: str, inputs: dict, **attrs):
     from onnx import TensorProto, helper
 
     from deploytk.backends.openvino_backend import stable_topk
-    from deploytk.export.inline import inline_deploytk_functions
+    from deploytk.exporter.inline import inline_deploytk_functions
     from deploytk.ops import OPS, PLUGIN_ATTRIBUTES
 
     node = helper.make_node(op_name, list(inputs), ["dest"], domain="deploytk", **attrs, **PLUGIN_ATTRIBUTES)

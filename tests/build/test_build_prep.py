@@ -81,7 +81,7 @@ def test_prepare_for_build_switches_each_op(merge, attention, plugins):
 
 def test_native_attention_for_tensorrt_leaves_softmax_precision_off():
     """TensorRT's parser refuses Attention nodes that set softmax_precision (onnx-tensorrt's op checker)."""
-    from deploytk.export.native_attention import use_native_attention
+    from deploytk.exporter.native_attention import use_native_attention
 
     model = _tome_like_model(TensorProto.FLOAT16)
     prepared, _ = prepare_for_build(model, BuildOptions(attention_impl="native"), ("ToMeMatch", "TokenAggregate"))

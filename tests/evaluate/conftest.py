@@ -9,7 +9,7 @@ from helpers.configs import DIGITS_DENSE
 @pytest.fixture(scope="module")
 def digits_tree(tmp_path_factory):
     """The bundled digits written as an ImageFolder tree (each module writes its own, ~1 s)."""
-    from deploytk.evaluate.digits import write_digits_imagefolder
+    from deploytk.evaluation.digits import write_digits_imagefolder
 
     root = tmp_path_factory.mktemp("digits") / "digits"
     counts = write_digits_imagefolder(root, img_size=32)

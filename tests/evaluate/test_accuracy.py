@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from deploytk.errors import DeploytkError
-from deploytk.evaluate.accuracy import _topk_correct, evaluate, scan_image_folder
+from deploytk.evaluation.accuracy import _topk_correct, evaluate, scan_image_folder
 
 from helpers.configs import DIGITS_DENSE as DENSE
 from helpers.configs import DIGITS_TOME_R4 as TOME_R4
@@ -37,8 +37,8 @@ def test_topk_is_counted_per_row():
 
 
 def test_harness_matches_direct_forward(digits_tree, digits_cfg, r4_artifacts):
+    from deploytk.adapters import adapt
     from deploytk.data import load_images
-    from deploytk.families import adapt
     from deploytk.models import build_reference, create_vit
 
     root, _ = digits_tree
@@ -81,8 +81,8 @@ def test_temporary_export_is_removed(digits_tree, digits_cfg, monkeypatch, tmp_p
 
 def test_shipped_checkpoint_reaches_95_percent(digits_tree, digits_cfg):
     """The dense config loads assets/digits_vit and classifies the whole val split (450 images)."""
+    from deploytk.adapters import adapt
     from deploytk.data import load_images
-    from deploytk.families import adapt
     from deploytk.models import create_vit
 
     root, _ = digits_tree

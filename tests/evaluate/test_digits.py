@@ -7,7 +7,7 @@ import pytest
 from PIL import Image
 
 from deploytk.errors import DeploytkError
-from deploytk.evaluate.digits import MARKER, digits_split, write_digits_imagefolder
+from deploytk.evaluation.digits import MARKER, digits_split, write_digits_imagefolder
 
 
 def files_of(root):

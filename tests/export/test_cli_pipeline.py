@@ -109,8 +109,8 @@ def test_profile_json_has_contract_keys(deit_s):
     assert set(row["latency_ms"]) == {"p50", "mean", "max", "samples"}  # 2 runs back no p90 or p99
     assert row["throughput"] > 0 and row["speedup_vs_dense"] > 0
     assert not (out / ".baseline").exists()  # the dense baseline goes to deploytk's cache folder, never into the artifact
-    from deploytk.export.artifacts import Artifact
-    from deploytk.export.baseline import baseline_name
+    from deploytk.exporter.artifacts import Artifact
+    from deploytk.exporter.baseline import baseline_name
     from deploytk.files import cache_root
 
     assert (cache_root() / "baselines" / baseline_name(Artifact.open(out))).is_file()

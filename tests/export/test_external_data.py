@@ -7,10 +7,10 @@ import pytest
 
 from deploytk.backends import get_backend
 from deploytk.errors import DeploytkError
-from deploytk.export import onnx_io
-from deploytk.export.artifacts import Artifact
-from deploytk.export.baseline import baseline_onnx
-from deploytk.export.pipeline import run_export
+from deploytk.exporter import onnx_io
+from deploytk.exporter.artifacts import Artifact
+from deploytk.exporter.baseline import baseline_onnx
+from deploytk.exporter.pipeline import run_export
 from deploytk.models import build_reference
 from deploytk.package import package_triton
 from deploytk.validate.validator import run_validation

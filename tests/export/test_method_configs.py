@@ -15,8 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from deploytk.cli import app
-from deploytk.methods import get_method
 from deploytk.optional import openvino_version
+from deploytk.reducers import get_method
 
 from helpers import assert_every_deploytk_node_builds_as_a_plugin
 

@@ -11,7 +11,7 @@ from onnx import TensorProto, helper
 
 import deploytk.ops  # noqa: F401  (registers torch.ops.deploytk.*)
 from deploytk.errors import DeploytkError
-from deploytk.export.native_attention import count_native_attention, use_native_attention
+from deploytk.exporter.native_attention import count_native_attention, use_native_attention
 from deploytk.ops import OPS, PLUGIN_ATTRIBUTES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,8 +29,8 @@ def count_prop_attn(model: onnx.ModelProto) -> int:
 @pytest.fixture(scope="module")
 def digits_export(tmp_path_factory):
     from deploytk.config import load_config
-    from deploytk.export.onnx_export import export_model
-    from deploytk.export.pipeline import img_size_of
+    from deploytk.exporter.onnx_export import export_model
+    from deploytk.exporter.pipeline import img_size_of
     from deploytk.models import build_reference
 
     model = build_reference(load_config(CONFIG))

@@ -7,7 +7,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from deploytk.export import onnx_io
+from deploytk.exporter import onnx_io
 
 
 def _model() -> onnx.ModelProto:

@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 from deploytk.backends import get_backend
 from deploytk.cli import app
 from deploytk.config import config_from_dict
-from deploytk.export.artifacts import Artifact
-from deploytk.export.pipeline import run_export
+from deploytk.exporter.artifacts import Artifact
+from deploytk.exporter.pipeline import run_export
 from deploytk.validate.validator import run_validation
 
 from helpers import seeded_init

@@ -18,8 +18,8 @@ from onnx import TensorProto, helper, numpy_helper
 from deploytk.backends.bf16_emulation import emulate_bf16
 from deploytk.config import config_from_dict, load_config
 from deploytk.errors import DeploytkError
-from deploytk.export.artifacts import Artifact
-from deploytk.export.onnx_export import export_model
+from deploytk.exporter.artifacts import Artifact
+from deploytk.exporter.onnx_export import export_model
 from deploytk.merging.merged_vit import MergedViT
 from deploytk.merging.precision import Fp32Module, to_precision
 from deploytk.validate.validator import Tolerances, validate
@@ -190,7 +190,7 @@ def test_precision_override_and_unknown_precision_is_rejected_with_the_allowed_v
 
 @pytest.fixture(scope="module")
 def digits_root(tmp_path_factory):
-    from deploytk.evaluate.digits import write_digits_imagefolder
+    from deploytk.evaluation.digits import write_digits_imagefolder
 
     root = tmp_path_factory.mktemp("digits") / "digits"
     write_digits_imagefolder(root, img_size=32)
@@ -208,7 +208,7 @@ def digit_images(digits_root):
 
 
 def test_eval_of_a_bf16_config_runs_ort_emulated_and_says_so(digits_root):
-    from deploytk.evaluate.accuracy import evaluate
+    from deploytk.evaluation.accuracy import evaluate
 
     report = evaluate(digits_config("digits_vit_tome_r4_bf16"), digits_root / "val", batch_size=16, limit=32)
     assert report["precision"] == "bf16" and "emulated" in report["emulation"]

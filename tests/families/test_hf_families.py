@@ -18,11 +18,11 @@ from deploytk.backends import get_backend
 from deploytk.backends.ort import ort_session
 from deploytk.config import config_from_dict
 from deploytk.errors import DeploytkError
-from deploytk.export.artifacts import Artifact
-from deploytk.export.pipeline import run_export
+from deploytk.exporter.artifacts import Artifact
+from deploytk.exporter.pipeline import run_export
 from deploytk.merging.merged_vit import build_merged
-from deploytk.methods import get_method
 from deploytk.models import build_reference, create_vit
+from deploytk.reducers import get_method
 from deploytk.validate.validator import run_validation
 
 from helpers import seeded_init
@@ -197,7 +197,7 @@ def test_hf_refusals_say_what_to_do(saved, tmp_path):
 def test_the_saved_image_processor_is_the_preprocessing(saved, tmp_path):
     from PIL import Image
 
-    from deploytk.families import adapt
+    from deploytk.adapters import adapt
 
     folder = tmp_path / "vit"
     transformers.ViTModel.from_pretrained(saved["ViTModel"]).save_pretrained(folder)

@@ -5,7 +5,7 @@ import pytest
 
 from deploytk.config import config_from_dict
 from deploytk.errors import DeploytkError
-from deploytk.export.pipeline import run_export
+from deploytk.exporter.pipeline import run_export
 from deploytk.models import build_reference
 from deploytk.validate.validator import run_validation
 

@@ -22,8 +22,8 @@ from deploytk.backends import get_backend
 from deploytk.backends.ort import ort_session
 from deploytk.config import config_from_dict, load_config
 from deploytk.errors import DeploytkError
-from deploytk.export.artifacts import Artifact
-from deploytk.export.pipeline import run_export
+from deploytk.exporter.artifacts import Artifact
+from deploytk.exporter.pipeline import run_export
 from deploytk.merging.merged_vit import MergedViT
 from deploytk.models import build_reference, create_vit
 from deploytk.validate.validator import run_validation

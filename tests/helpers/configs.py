@@ -22,7 +22,7 @@ def digits_config(stem: str, **overrides):
 def export_config(stem: str, out, **overrides):
     """Export export_configs/<stem>.yaml (with overrides) to ``out`` and return ``out``: for a test of the export itself;
     a test that only reads an export takes the shared one (the ``exported`` fixture)."""
-    from deploytk.export.pipeline import run_export
+    from deploytk.exporter.pipeline import run_export
 
     run_export(digits_config(stem, **overrides), out)
     return out
@@ -31,7 +31,7 @@ def export_config(stem: str, out, **overrides):
 def tome_model(vit, r_spec, prop_attn: bool = True):
     """ToMe on ``vit`` at ``r_spec`` (int, per-block list or (r, inflection)): the reference most tests use."""
     from deploytk.merging.merged_vit import build_merged
-    from deploytk.methods import get_method
+    from deploytk.reducers import get_method
 
     method = get_method("tome")
     return build_merged(method, vit, r_spec, prop_attn, method.parse_options({}))

@@ -43,7 +43,7 @@ class ExportCache:
         return name
 
     def __call__(self, stem: str, fmt: str = "onnx", **overrides) -> Path:
-        from deploytk.export.pipeline import run_export
+        from deploytk.exporter.pipeline import run_export
 
         key = self.key(stem, fmt, overrides)
         folder = self.root / key

@@ -46,7 +46,7 @@ def test_native_selftest_passes_for_every_op_and_dtype():
 @pytest.fixture(scope="module")
 def digit_batch(tmp_path_factory):
     from deploytk.data import folder_batches
-    from deploytk.evaluate.digits import write_digits_imagefolder
+    from deploytk.evaluation.digits import write_digits_imagefolder
     from deploytk.models import create_model
 
     root = tmp_path_factory.mktemp("digits") / "digits"

@@ -7,11 +7,11 @@ import pytest
 import timm
 import torch
 
+from deploytk.adapters import adapt
 from deploytk.errors import DeploytkError
-from deploytk.families import adapt
 from deploytk.merging.merged_vit import build_merged
-from deploytk.methods import get_method
-from deploytk.methods.heuristic import radial_distance, stage_radii
+from deploytk.reducers import get_method
+from deploytk.reducers.heuristic import radial_distance, stage_radii
 
 from helpers import seeded_init
 

@@ -9,13 +9,13 @@ import torch
 
 from deploytk.analysis.flops import count_flops
 from deploytk.analysis.inspect import method_summary
-from deploytk.calibrate import calibrate
+from deploytk.calibration import calibrate
 from deploytk.config import config_from_dict, load_config
 from deploytk.errors import DeploytkError
 from deploytk.merging.merged_vit import build_merged
-from deploytk.methods import atm, get_method
 from deploytk.models import build_reference
 from deploytk.ops.size_split_match.reference import size_split_scores
+from deploytk.reducers import atm, get_method
 
 from helpers import seeded_images, seeded_init
 
@@ -213,7 +213,7 @@ def test_synthetic_calibration_uses_the_model_s_own_input_size(tmp_path):
     """export.img_size: null means the model's default; a 384 px model was fed 224 px synthetic batches (and failed)."""
     import yaml
 
-    from deploytk.calibrate import calibrate_config
+    from deploytk.calibration import calibrate_config
 
     data = yaml.safe_load((ROOT / "export_configs" / "deit_tiny_atm.yaml").read_text())
     data["model"], data["export"]["img_size"] = "vit_tiny_patch16_384", None

@@ -17,7 +17,7 @@ import torch
 from deploytk.analysis.flops import count_flops
 from deploytk.config import config_from_dict, config_to_dict
 from deploytk.errors import DeploytkError
-from deploytk.export.pipeline import run_export
+from deploytk.exporter.pipeline import run_export
 from deploytk.models import build_reference
 
 from helpers import official_learned_layout, seeded_images, seeded_init, seeded_learned_state

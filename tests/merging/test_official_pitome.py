@@ -16,7 +16,7 @@ import timm
 import torch
 
 from deploytk.merging.merged_vit import build_merged
-from deploytk.methods import get_method
+from deploytk.reducers import get_method
 
 from helpers import assert_every_deploytk_node_builds_as_a_plugin, export_config, seeded_images, seeded_init
 

@@ -16,9 +16,9 @@ import torch
 
 from deploytk.merging.distances import pairwise_distances
 from deploytk.merging.merged_vit import build_merged
-from deploytk.methods import get_method
 from deploytk.ops.dpcknn_assign.reference import dpcknn_assign, dpcknn_centres
 from deploytk.ops.kmedoids_select.reference import kmedoids_medoids
+from deploytk.reducers import get_method
 
 from helpers import export_config, seeded_images, seeded_init
 

@@ -13,10 +13,10 @@ import transformers
 
 from deploytk.config import config_from_dict
 from deploytk.errors import DeploytkError
-from deploytk.export.pipeline import run_export
+from deploytk.exporter.pipeline import run_export
 from deploytk.merging.merged_vit import build_merged
 from deploytk.merging.outputs import OutputSpec
-from deploytk.methods import get_method
+from deploytk.reducers import get_method
 
 from helpers import seeded_init
 

@@ -19,13 +19,13 @@ import timm
 import torch
 import transformers
 
+from deploytk.adapters import adapt
 from deploytk.analysis.token_map import track_sources
 from deploytk.config import config_from_dict
 from deploytk.errors import DeploytkError
-from deploytk.families import adapt
 from deploytk.merging.merged_vit import build_merged
 from deploytk.merging.outputs import OutputSpec
-from deploytk.methods import METHODS, get_method
+from deploytk.reducers import METHODS, get_method
 
 from helpers import seeded_init
 
@@ -217,7 +217,7 @@ def test_output_settings_without_their_output_are_config_errors():
 
 
 def test_an_export_from_before_output_kinds_reads_as_its_model_gave_it():
-    from deploytk.export.artifacts import Artifact
+    from deploytk.exporter.artifacts import Artifact
 
     for num_classes, kind in ((0, "embedding"), (10, "logits")):
         old = {"model": {"num_classes": num_classes}, "outputs": [{"name": "logits", "dtype": "float32", "shape": ["batch", 8]}]}

@@ -9,11 +9,11 @@ import timm
 import torch
 
 from deploytk.cli.render import methods_markdown
-from deploytk.export.onnx_export import traced_op_counts
+from deploytk.exporter.onnx_export import traced_op_counts
 from deploytk.merging.merged_vit import build_merged
 from deploytk.merging.reduction import METHODS, Reduction, register_method
-from deploytk.methods import describe_methods, get_method
 from deploytk.ops import OPS
+from deploytk.reducers import describe_methods, get_method
 
 from helpers import seeded_init
 

@@ -7,7 +7,7 @@ import torch
 
 from deploytk.backends.ort import ort_session
 from deploytk.errors import DeploytkError
-from deploytk.export.onnx_export import custom_op_counts, export_model
+from deploytk.exporter.onnx_export import custom_op_counts, export_model
 from deploytk.merging.merged_vit import MergedViT
 
 from helpers import seeded_init, tome_model

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from deploytk.backends.engine_manifest import engine_manifest
 from deploytk.build.options import BuildOptions
 from deploytk.cli import app
-from deploytk.export.artifacts import write_manifest
+from deploytk.exporter.artifacts import write_manifest
 
 from helpers import export_config, seeded_init
 
@@ -322,7 +322,7 @@ def _scrambled(write_ir, backend, art, xml):  # the IR's weights file shuffled: 
 @pytest.mark.parametrize("damage", ["another model's IR", "scrambled weights"])
 def test_an_ir_that_fails_validation_is_refused_and_nothing_is_written(artifact, other_export, tmp_path, monkeypatch, damage):
     """What a faulty conversion could hand over: an IR that runs but computes something else, or one OpenVINO cannot read."""
-    from deploytk.export.artifacts import Artifact
+    from deploytk.exporter.artifacts import Artifact
 
     if damage == "another model's IR":  # same inputs and outputs, different model
         _damaged_write_ir(monkeypatch, lambda write_ir, backend, art, xml: write_ir(backend, Artifact.open(other_export), xml))

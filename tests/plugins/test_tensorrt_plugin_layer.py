@@ -289,7 +289,7 @@ def digits_plugin_nodes(tmp_path_factory):
     from deploytk.build.graph import prepare_for_build
     from deploytk.build.options import BuildOptions
     from deploytk.config import config_from_dict
-    from deploytk.export.pipeline import run_export
+    from deploytk.exporter.pipeline import run_export
     from deploytk.ops import PLUGIN_ATTRIBUTES
 
     from helpers import digits_config

@@ -10,9 +10,9 @@ import onnx
 import pytest
 
 from deploytk.errors import DeploytkError
-from deploytk.export.artifacts import Artifact, write_manifest
-from deploytk.export.manifest import sha256_file
-from deploytk.export.probes import choice_inputs_quantized
+from deploytk.exporter.artifacts import Artifact, write_manifest
+from deploytk.exporter.manifest import sha256_file
+from deploytk.exporter.probes import choice_inputs_quantized
 from deploytk.quantize import run_quantize
 from deploytk.quantize.qdq import trt_rule_violations, weight_ops
 from deploytk.validate.validator import Tolerances, validate
@@ -26,7 +26,7 @@ pytest.importorskip("onnxruntime.quantization")
 def digits(tmp_path_factory, exported):
     """The digits images and, as ``tome``, a copy of the shared digits ToMe export (quantize adds its dense baseline to
     the source, and the refusals here compare the source before and after)."""
-    from deploytk.evaluate.digits import write_digits_imagefolder
+    from deploytk.evaluation.digits import write_digits_imagefolder
 
     root = tmp_path_factory.mktemp("int8")
     write_digits_imagefolder(root / "digits", img_size=32)
@@ -136,7 +136,7 @@ def test_a_choice_that_is_not_the_ops_own_is_caught(digits, ort_int8):
     """The check behind "every choice is the op's own": a runtime whose matching op chose otherwise than the op does on
     the very inputs it was fed (a quantized similarity inside the op) is caught, image by image."""
     from deploytk.backends import get_backend
-    from deploytk.export.probes import with_matching_outputs
+    from deploytk.exporter.probes import with_matching_outputs
     from deploytk.models import build_reference
     from deploytk.validate.branches import choices_reproduced
 

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from deploytk.backends.torch_backend import TorchModel
 from deploytk.cli import app
-from deploytk.export.artifacts import Artifact, write_manifest
+from deploytk.exporter.artifacts import Artifact, write_manifest
 from deploytk.models import build_reference
 from deploytk.package import TensorSpec, config_pbtxt
 from deploytk.validate.validator import Tolerances, validate

@@ -9,9 +9,9 @@ import numpy as np
 import onnx
 import pytest
 
-from deploytk.export.artifacts import write_manifest
-from deploytk.export.manifest import sha256_file
-from deploytk.export.probes import with_matching_outputs
+from deploytk.exporter.artifacts import write_manifest
+from deploytk.exporter.manifest import sha256_file
+from deploytk.exporter.probes import with_matching_outputs
 from deploytk.validate.branches import _run_reference
 from deploytk.validate.validator import Tolerances, failing_images, validate
 

@@ -88,7 +88,7 @@ def _digit_margin(directory, image: int) -> float:
     import torch
 
     from deploytk.data import synthetic_batches
-    from deploytk.export.artifacts import Artifact
+    from deploytk.exporter.artifacts import Artifact
     from deploytk.models import build_reference
 
     with torch.no_grad():

@@ -1,0 +1,125 @@
+"""`deploytk export`: config -> reference -> model.onnx + manifest.json, atomically."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import onnx
+
+from deploytk.adapters.hf_common import HF_PREFIX
+from deploytk.analysis.inspect import flops_summary, img_size_of, method_summary, output_summary, schedule_summary
+from deploytk.config import DeployConfig, config_to_dict
+from deploytk.errors import DeploytkError
+from deploytk.exporter.artifacts import EXPORT, INLINED_MODEL_FILE, MANIFEST_FORMAT, MODEL_FILE, write_manifest
+from deploytk.exporter.inline import inline_deploytk_functions
+from deploytk.exporter.manifest import now_utc, package_versions, sha256_file, sha256_tree
+from deploytk.exporter.onnx_export import INPUT_NAME, IR_VERSION, custom_op_counts, export_model
+from deploytk.exporter.onnx_io import data_file_name, save_onnx
+from deploytk.exporter.source import HeldObject
+from deploytk.files import claim_directory
+from deploytk.merging.precision import to_precision
+from deploytk.models import build_reference
+from deploytk.progress import SILENT, Progress
+
+#: --format: the plugin-ready file alone, or with a standard-op copy for runtimes without model-local functions
+FORMATS = ("onnx", "onnx-inlined")
+
+
+def external_data(folder: Path, name: str | None) -> dict:
+    """The manifest's record of an ONNX file's external data file (none for a model under protobuf's limit)."""
+    return {"external_data": {"file": name, "sha256": sha256_file(folder / name)}} if name else {}
+
+
+def output_records(proto, kind: str) -> list[dict]:
+    """The manifest's ``outputs``: each graph output's name, dtype, shape (``batch`` symbolic) and kind (the first is the
+    ``export.output`` kind; ``token_sizes`` and ``patch_to_token`` are their own)."""
+    records = []
+    for i, value in enumerate(proto.graph.output):
+        tensor = value.type.tensor_type
+        shape = [d.dim_param or int(d.dim_value) for d in tensor.shape.dim]
+        dtype = str(onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type))
+        records.append({"name": value.name, "dtype": dtype, "shape": shape, "kind": kind if i == 0 else value.name})
+    return records
+
+
+def model_folder_record(model: str) -> dict:
+    """For ``hf:<folder>``: the folder's content hash, so the artifact knows when the weights it was made from changed."""
+    folder = Path(model[len(HF_PREFIX) :]) if model.startswith(HF_PREFIX) else None
+    return {"model_folder_sha256": sha256_tree(folder)} if folder is not None and folder.is_dir() else {}
+
+
+def run_export(
+    cfg: DeployConfig, output: Path, progress: Progress = SILENT, fmt: str = "onnx", force: bool = False, source: HeldObject | None = None
+) -> dict:
+    """Export and return the manifest; nothing is left at ``output`` if anything fails.
+
+    ``output`` is claimed before any work (deploytk.files): a new or empty folder, or an earlier export, whose
+    own files are replaced; ``force`` keeps other files in an earlier export instead of refusing it.
+    ``fmt="onnx-inlined"`` also writes ``model.inlined.onnx``: every deploytk node replaced by
+    its function body (OpenVINO's reader takes no custom-domain functions), hashed in the manifest.
+    ``source``: the model object ``cfg.model`` holds (``memory:``), whose stored files go to ``source/``.
+    """
+    if fmt not in FORMATS:
+        raise DeploytkError(f"--format {fmt!r} is not one of {', '.join(FORMATS)}.")
+    with claim_directory(output, EXPORT, force=force) as target:
+        progress.step("building the PyTorch reference")
+        model = build_reference(cfg)
+        progress.step("counting FLOPs")
+        flops = flops_summary(model)
+        if cfg.export.precision != "fp32":
+            progress.step(f"casting to {cfg.export.precision} (norms, softmax, sizes, matching in fp32)")
+            to_precision(model, cfg.export.precision)
+        img = img_size_of(model)
+        family = model.family
+        with target.write() as tmp:
+            progress.step("exporting to ONNX (torch.onnx, dynamo)")
+            t0 = time.perf_counter()
+            proto = export_model(model, img, cfg.export.batch_size, cfg.export.opset, tmp / MODEL_FILE)
+            seconds = time.perf_counter() - t0
+            counts = custom_op_counts(proto)
+            inlined = None
+            if fmt == "onnx-inlined":
+                progress.step("writing the inlined copy (standard ONNX ops only)")
+                inlined_data = save_onnx(inline_deploytk_functions(proto), tmp / INLINED_MODEL_FILE)
+                inlined = {"file": INLINED_MODEL_FILE, "sha256": sha256_file(tmp / INLINED_MODEL_FILE), **external_data(tmp, inlined_data)}
+            if source is not None:
+                progress.step("storing the model object's weights and architecture")
+                source.copy_files(tmp)
+            progress.step("writing manifest")
+            manifest = {
+                "format": MANIFEST_FORMAT,
+                "created": now_utc(),
+                "config": config_to_dict(cfg) | {"checkpoint": str(Path(cfg.checkpoint).resolve()) if cfg.checkpoint else None},
+                "model": {
+                    "name": cfg.model,
+                    "family": family.name,
+                    "class": type(model.vit).__name__,
+                    "img_size": list(img),
+                    "num_classes": family.num_classes,
+                    "blocks": family.depth,
+                    "checkpoint_sha256": sha256_file(Path(cfg.checkpoint)) if cfg.checkpoint else None,
+                    **model_folder_record(cfg.model),
+                    **({"source": source.record(tmp)} if source is not None else {}),
+                },
+                "schedule": schedule_summary(model),
+                "method": method_summary(cfg),
+                **flops,
+                "inputs": [{"name": INPUT_NAME, "dtype": "float32", "shape": ["batch", 3, *img]}],
+                "outputs": output_records(proto, model.output_kind),
+                "output": output_summary(model),
+                "custom_ops": counts,
+                "onnx": {
+                    "file": MODEL_FILE,
+                    "sha256": sha256_file(tmp / MODEL_FILE),
+                    **external_data(tmp, data_file_name(MODEL_FILE) if (tmp / data_file_name(MODEL_FILE)).is_file() else None),
+                    "ir_version": IR_VERSION,
+                    "opset": cfg.export.opset,
+                    "precision": cfg.export.precision,
+                    "export_seconds": round(seconds, 2),
+                },
+                "onnx_inlined": inlined,
+                "versions": package_versions(),
+            }
+            manifest = write_manifest(tmp, manifest)
+        return manifest
