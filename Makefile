@@ -35,11 +35,13 @@ demo: install
 	$(BIN)/deploytk validate $(DEMO_DIR)
 	$(BIN)/deploytk profile $(DEMO_DIR) --batch-sizes 1,8
 
-# Lint: ruff (rules and formatting) and the import-layer contract in pyproject.toml (import-linter).
+# Lint: ruff (rules and formatting), the import-layer contract in pyproject.toml (import-linter) and mypy --strict on the
+# public API (deploytk/__init__.py, deploytk/api/; [tool.mypy] in pyproject.toml).
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 # pytest on both cores: two xdist workers, each pinned to its own CPU with one thread (tests/conftest.py), the exports
 # shared between them (tests/helpers/exports.py). The default suite keeps a test file's tests on one worker (its module

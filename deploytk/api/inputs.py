@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from torch import nn
 
@@ -19,7 +19,7 @@ from deploytk.exporter.source import HeldObject, take
 from deploytk.reducers import METHODS
 
 #: what ``model`` may be
-ModelLike = nn.Module | str | Path | DeployConfig
+ModelLike: TypeAlias = nn.Module | str | Path | DeployConfig
 #: the config field each keyword lands in (``merge.options.<name>``: every other keyword, a method option)
 FIELDS = {
     "method": ("merge", "method"),
@@ -74,8 +74,8 @@ def resolve(model: ModelLike, where: str, store: bool = False, **keywords: Any) 
         data = model.model_dump(exclude_unset=True)
     elif isinstance(model, (str, Path)) and (Path(model).suffix in CONFIG_SUFFIXES or Path(model).is_file()):
         data = load_config(model).model_dump(exclude_unset=True)
-    elif isinstance(model, str):
-        data = {"model": absolute_hf_folder(model)}
+    elif isinstance(model, (str, Path)):
+        data = {"model": absolute_hf_folder(str(model))}
     else:
         held = take(model, store)
         data = {"model": held.name, "export": {"img_size": list(held.img_size)}}

@@ -36,7 +36,7 @@ class Report:
         return list(self._data)
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other._data == self._data  # type: ignore[attr-defined]
+        return isinstance(other, Report) and type(other) is type(self) and other._data == self._data
 
     __hash__ = None  # type: ignore[assignment]
 

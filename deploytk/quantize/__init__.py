@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import numpy as np
 
 from deploytk.data import folder_batches, synthetic_batches
 from deploytk.errors import DeploytkError
-from deploytk.exporter.artifacts import BASELINE_DIR, EXPORT, MANIFEST_FILE, MODEL_FILE, Artifact, write_manifest
+from deploytk.exporter.artifacts import BASELINE_DIR, EXPORT, MANIFEST_FILE, MODEL_FILE, SOURCE_DIR, Artifact, write_manifest
 from deploytk.exporter.baseline import baseline_onnx
 from deploytk.exporter.manifest import now_utc, package_versions, sha256_file
 from deploytk.files import claim_directory
@@ -136,6 +137,8 @@ def run_quantize(
             (tmp / BASELINE_DIR).mkdir()
             progress.step(f"{quantizer.tool()}: quantizing the merged graph and the dense baseline on {calibration['images']} images")
             summary = quantizer.quantize(source, dense, tmp, batches, keep_choices_fp32)
+            if (source.directory / SOURCE_DIR).is_dir():  # a model object's stored weights: the reference is rebuilt from them
+                shutil.copytree(source.directory / SOURCE_DIR, tmp / SOURCE_DIR)
             manifest = quantized_manifest(source, tmp, quantizer, calibration, summary)
             manifest["quantization"]["seconds"] = round(time.perf_counter() - started, 1)
             manifest = write_manifest(tmp, manifest)
