@@ -71,6 +71,7 @@ EXTRAS = {
             "filelock",
             "ruff",
             "import-linter",
+            "mypy",
             "openvino",
             "nncf",
             "tritonclient",

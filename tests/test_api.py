@@ -221,3 +221,28 @@ def test_import_deploytk_is_light_and_names_the_api():
     code = "import sys, deploytk; print(sorted(m for m in ('torch', 'onnx', 'timm') if m in sys.modules)); print('export' in dir(deploytk))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.stdout.split() == ["[]", "True"], out.stderr
+
+
+def docstring_examples() -> list[tuple[str, str]]:
+    """(where, code) of every ```python block in the docstrings of deploytk/ (the API's are the ones that have them)."""
+    import ast
+    import re
+
+    found = []
+    for path in sorted((ROOT / "deploytk").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
+                doc = ast.get_docstring(node, clean=True) or ""
+                for block in re.findall(r"^```python\n(.*?)^```", doc, flags=re.M | re.S):
+                    found.append((f"{path.relative_to(ROOT)}:{getattr(node, 'name', '<module>')}", block))
+    return found
+
+
+def test_every_docstring_example_runs(tmp_path):
+    examples = docstring_examples()
+    assert {where.split(":")[1] for where, _ in examples} >= {"export", "patch"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for where, code in examples:
+        done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, f"the example in {where} failed:\n{code}\n{done.stderr[-3000:]}"

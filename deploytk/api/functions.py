@@ -74,6 +74,15 @@ def export(
     ``r``: an int, one int per block, or ``(r, inflection)``; ``output_kind``: logits, embedding, patch_features or
     tokens (default: the model's own); ``fmt="onnx-inlined"`` also writes a standard-ops copy. A model object's weights
     and architecture are stored in the artifact (``source/``) when they rebuild it, so a later process can validate it.
+
+    ```python
+    import timm
+    import deploytk
+
+    model = timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=4, depth=2, num_classes=10)
+    artifact = deploytk.export(model, "artifacts/tiny", method="tome", r=2)
+    assert artifact.validate(num_images=8).passed
+    ```
     """
     cfg, held = resolve(
         model,
@@ -115,7 +124,18 @@ def patch(
     **options: Any,
 ) -> MergedViT:
     """The reduced PyTorch model, for work that stays in PyTorch: the same reference ``export`` traces, built on a copy
-    of ``model`` (which is not changed). ``r`` defaults to 16 for the methods that take it."""
+    of ``model`` (which is not changed). ``r`` defaults to 16 for the methods that take it.
+
+    ```python
+    import timm
+    import torch
+    import deploytk
+
+    model = timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=4, depth=2)
+    merged = deploytk.patch(model, "tome", r=4)
+    logits = merged(torch.zeros(1, 3, 32, 32))
+    ```
+    """
     if not isinstance(model, nn.Module):
         raise DeploytkError(f"`model` is a {type(model).__name__}; patch takes a torch.nn.Module (a timm or transformers ViT).")
     cfg, held = resolve(
