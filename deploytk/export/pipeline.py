@@ -21,7 +21,7 @@ from deploytk.merging.precision import to_precision
 from deploytk.models import build_reference
 from deploytk.progress import SILENT, Progress
 
-#: --format: the plugin-ready file alone, or with a standard-op copy for runtimes without model-local functions
+#: ``fmt``: the plugin-ready file alone, or with a standard-op copy for runtimes without model-local functions
 FORMATS = ("onnx", "onnx-inlined")
 
 
@@ -57,7 +57,7 @@ def run_export(cfg: DeployConfig, output: Path, progress: Progress = SILENT, fmt
     its function body (OpenVINO's reader takes no custom-domain functions), hashed in the manifest.
     """
     if fmt not in FORMATS:
-        raise DeploytkError(f"--format {fmt!r} is not one of {', '.join(FORMATS)}.")
+        raise DeploytkError(f"`fmt={fmt!r}` is not one of {', '.join(FORMATS)}.")
     with claim_directory(output, EXPORT, force=force) as target:
         progress.step("building the PyTorch reference")
         model = build_reference(cfg)
