@@ -137,7 +137,7 @@ def test_untunable_methods_and_bad_options_are_refused_with_the_reason():
     assert "tome" in err.value.hint
     with pytest.raises(DeploytkError, match="its token count is the language model's input size"):
         candidates_for(load_config(ROOT / "export_configs" / "llava15_clip_l336_visionzip_64_tokens.yaml"))
-    with pytest.raises(DeploytkError, match="--inflections is for the r-scheduled methods"):
+    with pytest.raises(DeploytkError, match="`inflections=` is for the r-scheduled methods"):
         candidates_for(load_config(ROOT / "export_configs" / "digits_vit_topk_k70.yaml"), inflections=[-1])
     for kwargs, message in (
         ({"budget_ms": 0}, "positive number"),
@@ -267,5 +267,5 @@ def test_candidates_of_a_feature_layer_output_count_only_the_blocks_it_runs():
 def test_tune_with_data_refuses_an_output_without_classes(tmp_path):
     (tmp_path / "c.yaml").write_text(yaml.safe_dump({"merge": {"method": "tome"}, "export": {"output": "patch_features"}}))
     (tmp_path / "data" / "a").mkdir(parents=True)
-    with pytest.raises(DeploytkError, match=r"--data ranks the candidates by top-1, and .*c.yaml exports `export.output: patch_features`"):
+    with pytest.raises(DeploytkError, match=r"`data=` ranks the candidates by top-1, and .*c.yaml exports `export.output: patch_features`"):
         tune(tmp_path / "c.yaml", budget_ms=10, data=tmp_path / "data")
