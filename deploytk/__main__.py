@@ -1,5 +1,5 @@
 """``python -m deploytk ARGS``: the ``deploytk`` command where its console script is not installed (a wheel put on
-PYTHONPATH with ``pip install --target``, as scripts/device_check.sh does on the GPU machine)."""
+PYTHONPATH with pip's ``install --target``, as scripts/device_check.sh does on the GPU machine)."""
 
 from deploytk.cli import main
 

@@ -60,9 +60,9 @@ def calibrate(
     """Return (the calibrated config as a dict, a report); ``samples``: ``r_samples`` of these batches, if already run."""
     require_calibrated(cfg)
     if not batches:
-        raise DeploytkError("calibration needs images: pass --images DIR or --synthetic N (N >= 1).")
+        raise DeploytkError("calibration needs images: pass `images=DIR` or `synthetic=N` (N >= 1).")
     if not 0.0 <= quantile <= 1.0:
-        raise DeploytkError(f"--quantile {quantile} must be in [0, 1].")
+        raise DeploytkError(f"`quantile={quantile}` must be in [0, 1].")
     model = model if model is not None else build_reference(cfg)
     per_layer = r_samples(model, batches, progress) if samples is None else samples
     r = [int(math.floor(np.quantile(vals, quantile))) for vals in per_layer]
@@ -101,11 +101,11 @@ def calibrate_config(
     write the calibrated config (default CONFIG's folder/<stem>_calibrated.yaml) atomically; returns the report."""
     cfg = load_config(config)
     if (images is None) == (synthetic is None):
-        raise DeploytkError("calibration needs images: pass exactly one of --images DIR or --synthetic N.")
+        raise DeploytkError("calibration needs images: pass exactly one of `images=DIR` or `synthetic=N`.")
     if synthetic is not None and synthetic < 1:
-        raise DeploytkError(f"--synthetic {synthetic}: calibration needs at least 1 image.")
+        raise DeploytkError(f"`synthetic={synthetic}`: calibration needs at least 1 image.")
     if batch_size < 1 or num_images < 1:
-        raise DeploytkError("--batch-size and --num-images must be >= 1.")
+        raise DeploytkError("`batch_size=` and `num_images=` must be >= 1.")
     require_calibrated(cfg)
     with claim_yaml(Path(output) if output else config.with_name(f"{config.stem}_calibrated.yaml"), "deploytk calibrate") as output:
         progress.step("building the model")

@@ -85,7 +85,7 @@ class ExportSettings(_Strict):
     batch_size: StrictInt = Field(default=8, ge=1)
     #: one int (square) or [H, W]; null: the model's own size
     img_size: Side | tuple[Side, Side] | None = 224
-    #: the one opset deploytk exports and tests (`build --attention-impl native` raises it to 23 itself, op by op)
+    #: the one opset deploytk exports and tests (`build` with `attention_impl=native` raises it to 23 itself, op by op)
     opset: Literal[18] = 18
     precision: Literal["fp32", "fp16", "bf16"] = "fp32"
     #: what the graph outputs (deploytk.merging.outputs); null: the model's own (logits with a head, else its embedding)
@@ -349,7 +349,7 @@ def apply_overrides(cfg: DeployConfig, **overrides) -> DeployConfig:
 
 
 def parse_r_option(text: str):
-    """--r SPEC: '16', '8,8,4,...' (one per block) or '16:-1' (r:inflection)."""
+    """`r=SPEC` as text: '16', '8,8,4,...' (one per block) or '16:-1' (r:inflection)."""
     try:
         if ":" in text:
             r, inflection = text.split(":", 1)
@@ -359,12 +359,12 @@ def parse_r_option(text: str):
         return int(text)
     except ValueError:
         raise DeploytkError(
-            f"--r {text!r} is not a valid r spec; allowed: an int (16), one r per block (8,8,4,...) or r:inflection (16:-1)."
+            f"`r={text!r}` is not a valid r spec; allowed: an int (16), one r per block (8,8,4,...) or r:inflection (16:-1)."
         ) from None
 
 
 def load_config_with_overrides(path: str | Path, **overrides) -> DeployConfig:
-    """A config file with command-line overrides (``r`` as --r writes it) applied and validated."""
+    """A config file with command-line overrides (``r`` as text, as the CLI takes it) applied and validated."""
     cfg = load_config(path)
     if overrides.get("r") is not None:
         overrides["r"] = parse_r_option(overrides["r"])

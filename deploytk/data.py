@@ -1,7 +1,7 @@
 """Input batches for validation and profiling: seeded synthetic images, or a folder of real ones.
 
-Real images are read in one place, :func:`read_rgb` (every command: validate --images, eval,
-calibrate, tune --data, visualize), and then go through the model family's own eval preprocessing
+Real images are read in one place, :func:`read_rgb` (every command: validate's ``images``, eval,
+calibrate, tune's ``data``, visualize), and then go through the model family's own eval preprocessing
 (``ModelFamily.eval_transform``: timm's for a timm model, at the model's actual input size).
 """
 
@@ -74,7 +74,7 @@ def image_files(folder: Path, num_images: int) -> list[Path]:
     folder = Path(folder)
     if not folder.is_dir():
         problem = "does not exist" if not folder.exists() else "is a file, not a folder of images"
-        raise DeploytkError(f"image folder {folder} {problem} (--images).")
+        raise DeploytkError(f"image folder {folder} {problem} (`images=`).")
     files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)[:num_images]
     if not files:
         raise DeploytkError(f"image folder {folder} holds no images ({', '.join(sorted(IMAGE_SUFFIXES))}).")

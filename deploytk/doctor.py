@@ -57,12 +57,12 @@ def openvino_report() -> dict:
 
 #: pyproject.toml's [project.optional-dependencies], by distribution name (a test holds the two equal), and what each enables
 EXTRAS = {
-    "openvino": (("openvino",), "--backend openvino (CPU)"),
-    "int8": (("openvino", "nncf"), "deploytk quantize --runtime openvino (NNCF); --runtime ort / trt need nothing more"),
+    "openvino": (("openvino",), "the openvino backend (CPU)"),
+    "int8": (("openvino", "nncf"), "deploytk quantize for the openvino runtime (NNCF); for ort / trt it needs nothing more"),
     "hf": (("transformers",), "`model: hf:<folder or hub id>`: Hugging Face transformers ViT, DeiT, DINOv2, CLIP and SigLIP image towers"),
-    "gpu": (("onnxruntime-gpu", "triton"), "--backend ort-cuda, the Triton kernels (--backend torch on a GPU, selftest, plugins compile)"),
-    "tensorrt": (("tensorrt", "polygraphy"), "deploytk build, --backend trt"),
-    "serve": (("tritonclient",), "a client for the Triton server repositories `deploytk package --triton` writes"),
+    "gpu": (("onnxruntime-gpu", "triton"), "the ort-cuda backend, the Triton kernels (torch backend on a GPU, selftest, plugins compile)"),
+    "tensorrt": (("tensorrt", "polygraphy"), "deploytk build, the trt backend"),
+    "serve": (("tritonclient",), "a client for the Triton server repositories `deploytk package` writes"),
     "test": (
         (
             "pytest",
@@ -86,7 +86,7 @@ EXTRAS = {
 _ALSO_SATISFIED_BY = {"tensorrt": ("tensorrt-cu13", "tensorrt-cu12", "tensorrt-cu11")}
 ORT_BOTH_HINT = (
     "onnxruntime and onnxruntime-gpu are both installed and write the same `onnxruntime` module, so whichever was installed last "
-    "is the one that runs (see the providers above); for --backend ort-cuda: `pip uninstall -y onnxruntime onnxruntime-gpu && "
+    "is the one that runs (see the providers above); for the ort-cuda backend: `pip uninstall -y onnxruntime onnxruntime-gpu && "
     "pip install onnxruntime-gpu`."
 )
 

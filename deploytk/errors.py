@@ -2,9 +2,27 @@
 
 The CLI turns a DeploytkError into a one-paragraph message and a non-zero exit, with no
 traceback; anything else is a bug and keeps its traceback.
+
+Messages name a library function's parameters, never a CLI flag: a Python caller passed keywords, not flags. A
+parameter is its keyword and value in single backticks, `num_images=0` (what ``param("num_images", 0)`` returns), or
+`data=` with nothing after the "=" where no value is meant; the value is written as the message wants it shown (``!r``
+for a name the user typed, a path as it is, True for a switch). Config keys keep their own form, `merge.r` or
+`export.output: kind`: no "=" directly after a backticked name. When the CLI prints an error it rewrites each marked
+parameter of the running command into that command's flag (the option declared for the parameter, value kept; True
+gives the switch itself, False its off switch where it has one); a parameter the command does not have stays as
+written. ``PARAMETER`` is the pattern both sides use.
 """
 
+import re
 from pathlib import Path
+
+#: a marked parameter: `keyword=value` (value may be empty); lowercase keywords only, not inside ``double backticks``
+PARAMETER = re.compile(r"(?<!`)`([a-z_][a-z0-9_]*)=([^`]*)`(?!`)")
+
+
+def param(name: str, value: object = "") -> str:
+    """A parameter named in a message, marked as ``PARAMETER`` finds it: ``param("num_images", 0)`` is `num_images=0`."""
+    return f"`{name}={value}`"
 
 
 class DeploytkError(Exception):

@@ -8,12 +8,12 @@ plugins compile, the benchmarks): the output path is **claimed before any work**
   under a file, a folder that cannot be written;
 - a regular file that deploytk did not write (recognised by the mark every deploytk file
   carries: a ``written_by`` key in JSON, a ``# ... deploytk ...`` first line in YAML, the PNG
-  ``Software`` text), and ``--force`` does not change that;
+  ``Software`` text), and ``force`` does not change that;
 - a non-empty folder that is not an earlier deploytk output of the same kind (each kind,
   ``DirectoryKind``, says which files of such a folder deploytk wrote, from its manifest).
 
 An earlier output of the same kind is replaced, but only the files deploytk wrote there: other
-files in it are refused unless ``--force``, and with ``--force`` they are kept where they are.
+files in it are refused unless ``force``, and with ``force`` they are kept where they are.
 Writes go to a temporary sibling that replaces the target only when complete; on any failure,
 Ctrl-C included, the temporary folder and any parent folder the claim created are removed.
 
@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from deploytk.errors import DeploytkError, DeploytkNotice
+from deploytk.errors import DeploytkError, DeploytkNotice, param
 
 #: how many foreign file names an error lists before "and N more"
 _LISTED = 5
@@ -60,7 +60,7 @@ class DirectoryKind:
     #: relative POSIX paths of the files deploytk writes in a folder of this kind (read from its marker), or None
     #: when the folder is not one; may name files that are absent
     owned: Callable[[Path], set[str] | None]
-    #: an earlier one is replaced only with --force (a Triton model a server may be loading), not by a plain rerun
+    #: an earlier one is replaced only with ``force`` (a Triton model a server may be loading), not by a plain rerun
     replace_needs_force: bool = False
 
 
@@ -86,6 +86,17 @@ def _listing(names) -> str:
     return ", ".join(names[:_LISTED]) + more
 
 
+def _named(option: str, value) -> str:
+    """An output as a message names it: ``option`` is the parameter that took it (`output=PATH`, deploytk.errors.param),
+    or words that describe it ("digits root PATH")."""
+    return param(option, value) if option.isidentifier() else f"{option} {value}"
+
+
+def _another(option: str) -> str:
+    """What to choose instead: the parameter (`output=`), or the words."""
+    return param(option) if option.isidentifier() else option
+
+
 def _check_path(path: Path, option: str) -> Path:
     """Refuse a path no output may take; return the nearest existing folder above it (checked writable)."""
     text = str(path)
@@ -94,20 +105,20 @@ def _check_path(path: Path, option: str) -> Path:
     if path.name in ("", ".", "..") or resolved == cwd or resolved in cwd.parents:
         where = "the root folder" if resolved == Path(resolved.anchor) else "the working folder or one of its parents"
         raise DeploytkError(
-            f"{option} {text} names {where}; deploytk writes an output under a name of its own and never replaces such a folder.",
-            hint=f"Give a new name, e.g. {option} {Path(text) / 'out' if resolved != cwd else 'out'}.",
+            f"{_named(option, text)} names {where}; deploytk writes an output under a name of its own and never replaces such a folder.",
+            hint=f"Give a new name, e.g. {_named(option, Path(text) / 'out' if resolved != cwd else 'out')}.",
         )
     if path.is_symlink():
         raise DeploytkError(
-            f"{option} {text} is a symbolic link; deploytk does not write through or replace links.",
+            f"{_named(option, text)} is a symbolic link; deploytk does not write through or replace links.",
             hint=f"Give the real path ({resolved}) or another name.",
         )
     for above in path.absolute().parents:
         if above.exists() or above.is_symlink():
             if not above.is_dir():
-                raise DeploytkError(f"{option} {text}: {above} is a file, not a folder, so nothing can be written under it.")
+                raise DeploytkError(f"{_named(option, text)}: {above} is a file, not a folder, so nothing can be written under it.")
             break
-    _require_writable(above, f"{option} {text}")
+    _require_writable(above, _named(option, text))
     return above
 
 
@@ -271,9 +282,9 @@ def _lock_output(path: Path, option: str, what: str) -> tuple[OutputLock, list[P
     if holder is not None:
         _remove_if_empty(made)
         raise DeploytkError(
-            f"{option} {path} is being written by another deploytk process ({holder}); two writers of one {what} would "
+            f"{_named(option, path)} is being written by another deploytk process ({holder}); two writers of one {what} would "
             "lose one's result, so this one was refused before any work and nothing was changed.",
-            hint=f"Wait for that run to finish, or choose another {option}.",
+            hint=f"Wait for that run to finish, or choose another {_another(option)}.",
         )
     _remove_leftovers(path)
     return lock, made
@@ -316,7 +327,7 @@ class DirectoryOutput(Claim):
     kind: DirectoryKind
     option: str
     force: bool
-    #: files deploytk did not write that stay where they are (an earlier output with --force)
+    #: files deploytk did not write that stay where they are (an earlier output with ``force``)
     kept: tuple[str, ...] = ()
 
     @contextlib.contextmanager
@@ -391,7 +402,7 @@ def _replace_in_place(tmp: Path, target: Path, kind: DirectoryKind) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-def claim_directory(path: Path, kind: DirectoryKind, *, option: str = "--output", force: bool = False) -> DirectoryOutput:
+def claim_directory(path: Path, kind: DirectoryKind, *, option: str = "output", force: bool = False) -> DirectoryOutput:
     """Check that ``path`` may receive a ``kind`` folder (see the module doc) and lock it for this process; raise
     DeploytkError naming the path if not. Use it as ``with claim_directory(...) as out:`` (or ``out.release()``)."""
     path = Path(path)
@@ -413,9 +424,9 @@ def _check_directory(path: Path, kind: DirectoryKind, option: str, force: bool) 
         return DirectoryOutput(path=path, kind=kind, option=option, force=force)
     if not path.is_dir():
         raise DeploytkError(
-            f"{option} {path} is a file, not a {kind.name} folder; deploytk never overwrites a file it did not write "
-            "(--force does not either).",
-            hint=f"Choose another {option}.",
+            f"{_named(option, path)} is a file, not a {kind.name} folder; deploytk never overwrites a file it did not write "
+            "(`force=True` does not either).",
+            hint=f"Choose another {_another(option)}.",
         )
     present = _files_under(path)
     if not present:
@@ -423,22 +434,23 @@ def _check_directory(path: Path, kind: DirectoryKind, option: str, force: bool) 
     owned = kind.owned(path)
     if owned is None:
         raise DeploytkError(
-            f"{option} {path} is a folder holding files deploytk did not write ({_listing(present)}); it is not a {kind.name}. "
-            f"deploytk writes a {kind.name} only into a new or empty folder or over an earlier {kind.name}, and --force "
+            f"{_named(option, path)} is a folder holding files deploytk did not write ({_listing(present)}); it is not a {kind.name}. "
+            f"deploytk writes a {kind.name} only into a new or empty folder or over an earlier {kind.name}, and `force=True` "
             "never deletes other files.",
-            hint=f"Choose another {option}.",
+            hint=f"Choose another {_another(option)}.",
         )
     foreign = present - owned
     if foreign and not force:
         raise DeploytkError(
-            f"{option} {path} is an earlier {kind.name} but also holds files deploytk did not write ({_listing(foreign)}); "
+            f"{_named(option, path)} is an earlier {kind.name} but also holds files deploytk did not write ({_listing(foreign)}); "
             "it was left as it is.",
-            hint=f"Pass --force to replace the {kind.name}'s own files and keep those where they are, or choose another {option}.",
+            hint=f"Pass `force=True` to replace the {kind.name}'s own files and keep those where they are, "
+            f"or choose another {_another(option)}.",
         )
     if kind.replace_needs_force and not force:
         raise DeploytkError(
-            f"{option} {path} already exists (an earlier {kind.name}); it was left as it is.",
-            hint=f"Pass --force to replace it (atomically), or choose another {option}.",
+            f"{_named(option, path)} already exists (an earlier {kind.name}); it was left as it is.",
+            hint=f"Pass `force=True` to replace it (atomically), or choose another {_another(option)}.",
         )
     return DirectoryOutput(path=path, kind=kind, option=option, force=force, kept=tuple(sorted(foreign)))
 
@@ -513,7 +525,7 @@ class FileOutput(Claim):
             fig.savefig(tmp, format="png", metadata={"Software": self.writer}, **savefig_kwargs)
 
 
-def claim_file(path: Path, writer: str, *, option: str = "--output") -> FileOutput:
+def claim_file(path: Path, writer: str, *, option: str = "output") -> FileOutput:
     """Check that ``path`` may be written by ``writer`` (see the module doc) and lock it for this process; raise
     DeploytkError naming the path if not. Use it as ``with claim_file(...) as out:`` (or ``out.release()``)."""
     path = Path(path)
@@ -534,22 +546,22 @@ def _check_file(path: Path, writer: str, option: str) -> FileOutput:
     if path.exists():
         if path.is_dir():
             raise DeploytkError(
-                f"{option} {path} is a folder; {writer} writes a file here.", hint=f"Give a file name, e.g. {path / 'out'}."
+                f"{_named(option, path)} is a folder; {writer} writes a file here.", hint=f"Give a file name, e.g. {path / 'out'}."
             )
         if not written_by_deploytk(path):
             raise DeploytkError(
-                f"{option} {path} exists and was not written by deploytk; it was left as it is (deploytk never overwrites "
+                f"{_named(option, path)} exists and was not written by deploytk; it was left as it is (deploytk never overwrites "
                 "a file it did not write).",
-                hint=f"Choose another {option}, or move the file away yourself.",
+                hint=f"Choose another {_another(option)}, or move the file away yourself.",
             )
     return FileOutput(path=path, option=option, writer=writer)
 
 
-def claim_yaml(path: Path, writer: str, *, option: str = "--output") -> FileOutput:
+def claim_yaml(path: Path, writer: str, *, option: str = "output") -> FileOutput:
     """``claim_file`` for a config: the name must end in .yaml or .yml (how a rerun recognises it, and what loads it)."""
     _check_file(Path(path), writer, option)  # what any output may not be comes first
     if Path(path).suffix.lower() not in (".yaml", ".yml"):
-        raise DeploytkError(f"{option} {path}: {writer} writes a YAML config; give a file name ending in .yaml or .yml.")
+        raise DeploytkError(f"{_named(option, path)}: {writer} writes a YAML config; give a file name ending in .yaml or .yml.")
     return claim_file(path, writer, option=option)
 
 

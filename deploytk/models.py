@@ -81,7 +81,7 @@ def create_model(cfg: DeployConfig) -> ModelFamily:
 def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     problem = file_problem(path, "a weights file")
     if problem:
-        raise DeploytkError(f"checkpoint {path} {problem} (`checkpoint` / --checkpoint).")
+        raise DeploytkError(f"checkpoint {path} {problem} (`checkpoint` / `checkpoint=`).")
     try:
         if path.suffix == ".safetensors":
             state = load_file(str(path), device="cpu")

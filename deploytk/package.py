@@ -1,11 +1,11 @@
-"""`deploytk package --triton REPO`: a Triton Inference Server model repository for an artifact.
+"""`deploytk package` into a repository (`triton=REPO`): a Triton Inference Server model repository for an artifact.
 
 The repository is one model directory, written atomically::
 
     REPO/NAME/config.pbtxt       platform/backend, max_batch_size, inputs/outputs, dynamic batching
     REPO/NAME/1/model.onnx       ONNX Runtime backend: the function-bodied ONNX runs as is
           or 1/model.plan        TensorRT backend, when DIR has model.engine + engine.json
-          or 1/model.xml + .bin  OpenVINO backend (--runtime openvino): the IR, validated against the reference first
+          or 1/model.xml + .bin  OpenVINO backend (`runtime=openvino`): the IR, validated against the reference first
     REPO/NAME/README.md          the server command and tritonclient requests (HTTP and gRPC)
 
 Names, dtypes and dims come from the manifest, checked against model.onnx's graph; the batch
@@ -43,7 +43,7 @@ from deploytk.validate.validator import run_validation
 CONFIG_FILE = "config.pbtxt"
 README_FILE = "README.md"
 VERSION_DIR = "1"
-#: max_batch_size of an ONNX model when --max-batch is not given: the largest batch `profile` measures by
+#: max_batch_size of an ONNX model when `max_batch=` is not given: the largest batch `profile` measures by
 #: default; the exported graph's batch axis is dynamic, so any value works (larger: more throughput, more memory)
 DEFAULT_ONNX_MAX_BATCH = 8
 #: how long the dynamic batcher may hold a request to fill a batch
@@ -66,7 +66,7 @@ _ONNX_RUNTIME = {"platform": "onnxruntime_onnx", "backend": "onnxruntime", "file
 _TENSORRT = {"platform": "tensorrt_plan", "backend": "tensorrt", "file": "model.plan"}
 #: Triton's openvino backend has no platform name; it loads model.xml (and model.bin beside it) and needs a full config
 _OPENVINO = {"platform": None, "backend": "openvino", "file": "model.xml", "weights": "model.bin"}
-#: --runtime: Triton's backend names
+#: `runtime=`: Triton's backend names
 TRITON_RUNTIMES = {r["backend"]: r for r in (_ONNX_RUNTIME, _TENSORRT, _OPENVINO)}
 #: the model folder's README.md (string.Template: $-placeholders filled by _readme)
 README_TEMPLATE = string.Template((importlib.resources.files("deploytk") / "templates" / "triton_model_README.md").read_text())
@@ -86,7 +86,7 @@ def _model_files(folder: Path) -> set[str] | None:
     return {CONFIG_FILE, README_FILE, *written, f"{VERSION_DIR}/{data_file_name(_ONNX_RUNTIME['file'])}"}
 
 
-#: a model folder in a Triton repository; an earlier one is replaced only with --force (a server may be loading it)
+#: a model folder in a Triton repository; an earlier one is replaced only with `force=True` (a server may be loading it)
 TRITON_MODEL = DirectoryKind("deploytk Triton model folder", CONFIG_FILE, _model_files, replace_needs_force=True)
 
 
@@ -121,29 +121,29 @@ def package_triton(
     engine, else onnxruntime). ``images``: a folder the IR is validated on (an int8 IR needs images like its calibration data;
     default: seeded synthetic images)."""
     if images is not None and runtime != _OPENVINO["backend"]:
-        raise DeploytkError("--images is for --runtime openvino: the images the IR is validated on before it is written.")
+        raise DeploytkError("`images=` is for `runtime=openvino`: the images the IR is validated on before it is written.")
     if images is not None:
         image_files(images, 1)  # a missing folder, or one without images, is refused before any work
     if max_batch is not None and max_batch < 1:
-        raise DeploytkError(f"--max-batch {max_batch}: must be an int >= 1 (Triton's max_batch_size for a batching model).")
+        raise DeploytkError(f"`max_batch={max_batch}`: must be an int >= 1 (Triton's max_batch_size for a batching model).")
     if runtime is not None and runtime not in TRITON_RUNTIMES:
-        raise DeploytkError(f"--runtime {runtime!r}: Triton backends deploytk packages for are {', '.join(TRITON_RUNTIMES)}.")
+        raise DeploytkError(f"`runtime={runtime!r}`: Triton backends deploytk packages for are {', '.join(TRITON_RUNTIMES)}.")
     progress.step("checking the artifact")
     artifact = Artifact.open(directory)  # model.onnx must match its manifest's sha256
     model_name = _model_name(name, artifact.directory)
     repository = Path(repository)
-    with claim_directory(repository / model_name, TRITON_MODEL, option="--triton/--name", force=force) as target:
+    with claim_directory(repository / model_name, TRITON_MODEL, option="`triton=`/`name=`", force=force) as target:
         inputs, outputs = _io_specs(artifact)
         engine = _engine_record(artifact) if runtime in (None, _TENSORRT["backend"]) else None
         if runtime == _TENSORRT["backend"] and engine is None:
             raise DeploytkError(
-                f"--runtime {runtime}: {artifact.directory} has no TensorRT engine.", hint=f"Build one with `deploytk build {directory}`."
+                f"`runtime={runtime}`: {artifact.directory} has no TensorRT engine.", hint=f"Build one with `deploytk build {directory}`."
             )
         chosen = TRITON_RUNTIMES[runtime] if runtime else (_TENSORRT if engine else _ONNX_RUNTIME)
         if chosen is _OPENVINO:
-            artifact.require_runtime("package --runtime openvino (Triton's openvino backend)", ("openvino",))
+            artifact.require_runtime("package with `runtime=openvino` (Triton's openvino backend)", ("openvino",))
         else:  # an int8 OpenVINO IR is not model.onnx
-            artifact.require_runtime(f"package --triton (Triton's {chosen['backend']} backend)", ("ort", "trt"))
+            artifact.require_runtime(f"package (Triton's {chosen['backend']} backend)", ("ort", "trt"))
         max_batch_size = _max_batch_size(max_batch, engine)
 
         with tempfile.TemporaryDirectory(prefix="deploytk-package-") as scratch:
@@ -192,8 +192,8 @@ def package_triton(
 
 def _validated_ir(artifact: Artifact, xml: Path, images: Path | None, progress: Progress) -> tuple[Path, dict]:
     """The artifact as an OpenVINO IR at ``xml``, run by OpenVINO from that file against the PyTorch reference (64 of
-    ``images``, else 64 seeded synthetic images; the artifact's default tolerances, as `deploytk validate --backend
-    openvino [--images]`); a failure is a refusal."""
+    ``images``, else 64 seeded synthetic images; the artifact's default tolerances, as `deploytk validate` with
+    `backend=openvino` and these ``images``); a failure is a refusal."""
     progress.step("writing the OpenVINO IR (every TopK stable)")
     try:  # a missing OpenVINO is a DeploytkError with the install command, passed on as is
         written = OpenVinoBackend().write_ir(artifact, xml)
@@ -206,7 +206,7 @@ def _validated_ir(artifact: Artifact, xml: Path, images: Path | None, progress: 
         raise DeploytkError(
             f"the OpenVINO IR of {artifact.directory} could not be validated against the PyTorch reference ({_last_line(e)}); "
             "nothing was written.",
-            hint=f"Run `deploytk validate {artifact.directory} --backend openvino` to see whether the export itself runs on OpenVINO.",
+            hint=f"Validate {artifact.directory} with `backend=openvino` to see whether the export itself runs on OpenVINO.",
         ) from None
     summary = {
         "passed": report.passed,
@@ -222,9 +222,8 @@ def _validated_ir(artifact: Artifact, xml: Path, images: Path | None, progress: 
         raise DeploytkError(
             f"the OpenVINO IR of {artifact.directory} fails validation against the PyTorch reference ({'; '.join(failed)}); "
             "nothing was written.",
-            hint=f"Run `deploytk validate {artifact.directory} --backend openvino{f' --images {images}' if images else ''}` for the full "
-            "report."
-            + ("" if images or not artifact.quantization else " An int8 IR is judged on images like its calibration data: pass --images."),
+            hint=f"Validate {artifact.directory} with `backend=openvino`{f' and `images={images}`' if images else ''} for the full report."
+            + ("" if images or not artifact.quantization else " An int8 IR is judged on images like its calibration data: pass `images=`."),
         )
     return xml, summary
 
@@ -245,9 +244,9 @@ def _model_name(name: str | None, directory: Path) -> str:
         return sanitize_model_name(directory.resolve().name)
     if not _NAME_OK.match(name):
         raise DeploytkError(
-            f"--name {name!r} is not a usable Triton model name: it becomes a directory and the name clients call, "
+            f"`name={name!r}` is not a usable Triton model name: it becomes a directory and the name clients call, "
             "so it may hold only letters, digits, '_', '.' and '-', and must not start with '.' or '-'.",
-            hint=f"For example --name {sanitize_model_name(name)}.",
+            hint=f"For example `name={sanitize_model_name(name)}`.",
         )
     return name
 
@@ -364,7 +363,7 @@ def _engine_record(artifact: Artifact) -> dict | None:
         raise DeploytkError(
             f"the TensorRT engine in {directory} was built for batches {batch[0]}..{batch[2]}: Triton's dynamic batcher "
             f"sends whatever has arrived (a lone request is a batch of 1), and batches below {batch[0]} would fail.",
-            hint=f"Rebuild with `deploytk build {directory} --batch 1,{batch[1]},{batch[2]}`.",
+            hint=f"Rebuild it (`deploytk build`) with `batch=1,{batch[1]},{batch[2]}`.",
         )
     return record
 
@@ -386,9 +385,10 @@ def _max_batch_size(max_batch: int | None, engine: dict | None) -> int:
         return profile_max
     if max_batch > profile_max:
         raise DeploytkError(
-            f"--max-batch {max_batch} exceeds the TensorRT engine's optimisation profile (batch up to {profile_max}); "
+            f"`max_batch={max_batch}` exceeds the TensorRT engine's optimisation profile (batch up to {profile_max}); "
             "Triton refuses to load a config whose max_batch_size the engine cannot run.",
-            hint=f"Use --max-batch {profile_max} or less, or rebuild with `deploytk build DIR --batch 1,{profile_opt},{max_batch}`.",
+            hint=f"Use `max_batch={profile_max}` or less, or rebuild the engine (`deploytk build`) with "
+            f"`batch=1,{profile_opt},{max_batch}`.",
         )
     return max_batch
 

@@ -47,12 +47,12 @@ from deploytk.ops import OPS
 from deploytk.progress import SILENT, Progress
 
 #: the PyTorch reference's own choices
-#: --backend value that draws the PyTorch reference's own choices (not a runtime: TorchBackend's "torch" runs the export's ops)
+#: the ``backend`` value that draws the PyTorch reference's own choices (not a runtime: TorchBackend's "torch" runs the export's ops)
 REFERENCE = "reference"
 
 
 def backend_names() -> list[str]:
-    """What --backend takes: the reference, or a runtime that runs an ONNX graph (its matching nodes' outputs can be read)."""
+    """What ``backend`` takes: the reference, or a runtime that runs an ONNX graph (its matching nodes' outputs can be read)."""
     return [REFERENCE] + [name for name, b in BACKENDS.items() if b.runs_onnx and b.validates]
 
 
@@ -102,10 +102,10 @@ def trace(
     choices by the ones the exported graph (``artifacts``, or a temporary export) makes on that runtime. ``layers``: the
     blocks that will be drawn, checked against the model before anything is exported."""
     if backend not in backend_names():
-        raise DeploytkError(f"--backend {backend!r}: allowed {', '.join(backend_names())}.")
+        raise DeploytkError(f"`backend={backend!r}`: allowed {', '.join(backend_names())}.")
     if artifacts is not None and backend == REFERENCE:
         raise DeploytkError(
-            "--artifacts is read by a runtime (--backend ort, ...); --backend reference draws the PyTorch reference's own choices."
+            "`artifacts=` is read by a runtime (`backend=ort`, ...); `backend=reference` draws the PyTorch reference's own choices."
         )
     require_image_file(image)
     artifact = Artifact.open(Path(artifacts)) if artifacts is not None else None
@@ -127,7 +127,7 @@ def trace(
         if any(r.kind == "soft" for r in sources.records):
             raise DeploytkError(
                 f"method {cfg.merge.method} makes no discrete choice in the graph (its tokens are learned soft mixtures of all "
-                f"patches, computed with standard ONNX ops): --backend {backend} has nothing of its own to show; use --backend torch."
+                f"patches, computed with standard ONNX ops): `backend={backend}` has nothing of its own to show; use `backend=torch`."
             )
         temporary = tempfile.TemporaryDirectory(prefix="deploytk-visualize-") if artifact is None else contextlib.nullcontext()
         with temporary as tmp:
@@ -172,10 +172,10 @@ def visualize(
     """Draw, for each chosen block, the image with every patch in the colour of the token it belongs to; write ``output``
     (a PNG, atomically) and return a summary (layers, tokens left, output, backend). See the module doc."""
     if colors not in COLORS:
-        raise DeploytkError(f"--colors {colors!r}: allowed {', '.join(COLORS)}.")
+        raise DeploytkError(f"`colors={colors!r}`: allowed {', '.join(COLORS)}.")
     with claim_file(Path(output), "deploytk visualize") as picture_out:
         if picture_out.path.suffix.lower() != ".png":
-            raise DeploytkError(f"--output {output}: visualize writes a PNG; give a file name ending in .png.")
+            raise DeploytkError(f"`output={output}`: visualize writes a PNG; give a file name ending in .png.")
         requested = parse_layers(layers)
         require_matplotlib()
         traced = trace(cfg, image, backend=backend, artifacts=artifacts, layers=requested, config_name=config_name, progress=progress)

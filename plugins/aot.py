@@ -74,7 +74,7 @@ def arch_of_capability(capability: str) -> str:
         raise DeploytkError(
             f"this GPU (compute capability {capability}, {arch}) is not one deploytk compiles its TensorRT plugin kernels for; "
             f"supported: {', '.join(ARCHES)}.",
-            hint="Build with --merge-impl native --attention-impl native (TensorRT runs the function bodies, no plugin kernels).",
+            hint="Build with `merge_impl=native` and `attention_impl=native` (TensorRT runs the function bodies, no plugin kernels).",
         )
     return arch
 
@@ -82,7 +82,7 @@ def arch_of_capability(capability: str) -> str:
 def check_arch(arch: str) -> None:
     """Refuse an arch deploytk does not target, or one the installed Triton cannot compile for (probed once per arch)."""
     if arch not in ARCHES:
-        raise DeploytkError(f"--arch {arch!r} is not supported; choose one of {', '.join(ARCHES)}.")
+        raise DeploytkError(f"`arch={arch!r}` is not supported; choose one of {', '.join(ARCHES)}.")
     failure = _triton_cannot_compile(arch)
     if failure:
         import triton
@@ -223,7 +223,7 @@ def _kernel_files(folder: Path) -> set[str] | None:
 
 
 KERNELS_INDEX = "kernels.json"
-#: `deploytk plugins compile --output DIR`
+#: the `output` folder of `deploytk plugins compile`
 KERNEL_SET = DirectoryKind("deploytk kernel folder", KERNELS_INDEX, _kernel_files)
 
 

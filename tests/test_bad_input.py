@@ -149,7 +149,7 @@ def test_tensorrt_commands_fail_cleanly_without_tensorrt(tmp_path):
     assert "needs TensorRT, which is not installed" in result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json", "model.onnx"]  # nothing half-written
     result = runner.invoke(app, ["build", str(tmp_path), "--merge-impl", "fast"])  # options are checked first
-    assert result.exit_code == 2 and "merge_impl" in result.output and "'plugin' or 'native'" in result.output
+    assert result.exit_code == 2 and "--merge-impl 'fast': Input should be 'plugin' or 'native'." in result.output, result.output
 
 
 def test_validate_and_profile_on_tensorrt_fail_cleanly_without_tensorrt(tmp_path):

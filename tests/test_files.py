@@ -110,8 +110,8 @@ def test_a_folder_of_user_files_is_refused_even_with_force(tmp_path):
         with pytest.raises(DeploytkError) as err:
             claim_directory(target, EXPORT, force=force)
         text = str(err.value)
-        assert f"--output {target} is a folder holding files deploytk did not write (img1.jpg, notes.txt)" in text
-        assert "it is not a deploytk export" in text and "--force never deletes other files" in text
+        assert f"`output={target}` is a folder holding files deploytk did not write (img1.jpg, notes.txt)" in text
+        assert "it is not a deploytk export" in text and "`force=True` never deletes other files" in text
     assert snapshot(tmp_path) == before
 
 

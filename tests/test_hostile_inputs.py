@@ -167,7 +167,7 @@ def test_export_over_an_earlier_export_replaces_only_its_own_files(work, configs
 def test_reading_commands_refuse_a_folder_that_is_not_an_export_without_advice_that_would_wipe_it(work):
     for command in (["validate", "mydata"], ["profile", "mydata"], ["package", "mydata", "--triton", "repo"]):
         text = refused(command, "mydata is not a deploytk artifact directory: model.onnx is missing", work)
-        assert "deploytk export CONFIG --output NEW_DIR" in text
+        assert "Export again into a new folder with `deploytk export` and pass that folder." in text
 
 
 def test_an_unreadable_image_is_named_and_nothing_is_written(work, artifact, configs):

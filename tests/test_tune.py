@@ -137,14 +137,14 @@ def test_untunable_methods_and_bad_options_are_refused_with_the_reason():
     assert "tome" in err.value.hint
     with pytest.raises(DeploytkError, match="its token count is the language model's input size"):
         candidates_for(load_config(ROOT / "export_configs" / "llava15_clip_l336_visionzip_64_tokens.yaml"))
-    with pytest.raises(DeploytkError, match="--inflections is for the r-scheduled methods"):
+    with pytest.raises(DeploytkError, match="`inflections=` is for the r-scheduled methods"):
         candidates_for(load_config(ROOT / "export_configs" / "digits_vit_topk_k70.yaml"), inflections=[-1])
     for kwargs, message in (
         ({"budget_ms": 0}, "positive number"),
         ({"budget_ms": 5, "percentile": "p95"}, "not one of p50, p90"),
-        ({"budget_ms": 5, "batch": 0}, "--batch and --iterations must be >= 1 and --warmup >= 0"),
-        ({"budget_ms": 5, "percentile": "p99"}, "--percentile p99 needs at least 100 timed runs per candidate; with --iterations 10"),
-        ({"budget_ms": 5, "percentile": "p90", "iterations": 5}, "--percentile p90 needs at least 10 timed runs"),
+        ({"budget_ms": 5, "batch": 0}, "`batch=` and `iterations=` must be >= 1 and `warmup=` >= 0"),
+        ({"budget_ms": 5, "percentile": "p99"}, "`percentile=p99` needs at least 100 timed runs per candidate; with `iterations=10`"),
+        ({"budget_ms": 5, "percentile": "p90", "iterations": 5}, "`percentile=p90` needs at least 10 timed runs"),
     ):
         with pytest.raises(DeploytkError, match=message):
             tune(TOME, **kwargs)
@@ -267,5 +267,5 @@ def test_candidates_of_a_feature_layer_output_count_only_the_blocks_it_runs():
 def test_tune_with_data_refuses_an_output_without_classes(tmp_path):
     (tmp_path / "c.yaml").write_text(yaml.safe_dump({"merge": {"method": "tome"}, "export": {"output": "patch_features"}}))
     (tmp_path / "data" / "a").mkdir(parents=True)
-    with pytest.raises(DeploytkError, match=r"--data ranks the candidates by top-1, and .*c.yaml exports `export.output: patch_features`"):
+    with pytest.raises(DeploytkError, match=r"`data=` ranks the candidates by top-1, and .*c.yaml exports `export.output: patch_features`"):
         tune(tmp_path / "c.yaml", budget_ms=10, data=tmp_path / "data")

@@ -129,7 +129,7 @@ class TimmViT(ModelFamily):
                 )
                 raise DeploytkError(
                     f"timm could not load pretrained weights for {name!r} (`pretrained: true`): {why}.",
-                    hint="Offline, pass the weights with --checkpoint / `checkpoint:` instead of `pretrained: true`.",
+                    hint="Offline, pass the weights with `checkpoint=` / `checkpoint:` instead of `pretrained: true`.",
                 ) from None
             raise
         if not isinstance(model, VisionTransformer):

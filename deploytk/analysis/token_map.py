@@ -41,9 +41,9 @@ from deploytk.merging.learned import LearnedMerge
 from deploytk.merging.merged_vit import MergedViT
 from deploytk.ops import spec_for
 
-#: --colors: each token in the mean colour of its patches (ToMe's pictures), or one of a fixed palette
+#: ``colors``: each token in the mean colour of its patches (ToMe's pictures), or one of a fixed palette
 COLORS = ("mean", "random")
-#: how many reducing blocks are drawn when --layers is not given
+#: how many reducing blocks are drawn when ``layers`` is not given
 DEFAULT_PANELS = 4
 #: the PNG's layout: inches per panel (width, height), dots per inch, panels per row, inches for the legend
 PANEL_INCHES = (3.0, 3.3)
@@ -256,7 +256,7 @@ def require_image_file(path: Path) -> Path:
     path = Path(path)
     problem = file_problem(path, "an image file")
     if problem:
-        raise DeploytkError(f"image {path} {problem} (--image): give a PNG or JPG file (anything Pillow reads).")
+        raise DeploytkError(f"image {path} {problem} (`image=`): give a PNG or JPG file (anything Pillow reads).")
     return path
 
 
@@ -266,7 +266,7 @@ def load_image(path: Path, family: ModelFamily) -> torch.Tensor:
     try:
         return torch.from_numpy(load_images([path], family.eval_transform()))
     except DeploytkError as err:
-        raise DeploytkError(f"{err.message} --image takes a PNG or JPG file (anything Pillow reads).") from None
+        raise DeploytkError(f"{err.message} `image=` takes a PNG or JPG file (anything Pillow reads).") from None
 
 
 def display_image(family: ModelFamily, image: torch.Tensor) -> np.ndarray:
@@ -276,14 +276,14 @@ def display_image(family: ModelFamily, image: torch.Tensor) -> np.ndarray:
 
 
 def parse_layers(text: str | None) -> list[int] | None:
-    """``--layers 3,6,11`` -> [3, 6, 11] (None: not given); checked against the model by ``choose_layers``."""
+    """``layers`` as text, ``3,6,11`` -> [3, 6, 11] (None: not given); checked against the model by ``choose_layers``."""
     if text is None:
         return None
     try:
         return [int(part) for part in text.split(",")]
     except ValueError:
         raise DeploytkError(
-            f"--layers {text!r} is not a list of block indices: give 0-based block indices, comma-separated (e.g. 3,6,11)."
+            f"`layers={text!r}` is not a list of block indices: give 0-based block indices, comma-separated (e.g. 3,6,11)."
         ) from None
 
 
@@ -291,7 +291,7 @@ def check_layers_exist(requested: list[int] | None, depth: int) -> None:
     bad = [i for i in requested or [] if not 0 <= i < depth]
     if bad:
         raise DeploytkError(
-            f"--layers {','.join(map(str, requested))}: block {bad[0]} does not exist; block indices are 0-based, from 0 to {depth - 1} "
+            f"`layers={','.join(map(str, requested))}`: block {bad[0]} does not exist; block indices are 0-based, from 0 to {depth - 1} "
             f"for the {depth} blocks this model's graph runs (a block before any reduction is fine)."
         )
 
@@ -324,7 +324,7 @@ def draw(image: np.ndarray, sources: Sources, block: int, colors: str = "mean") 
     """The panel of ``block`` (uint8 [H*s, W*s, 3]): every patch in its token's colour, thin boundaries between
     tokens (white on dark, black on light), dropped patches dimmed, fused ones hatched. ``image`` [H, W, 3] in [0, 1]."""
     if colors not in COLORS:
-        raise DeploytkError(f"--colors {colors!r}: allowed {', '.join(COLORS)}.")
+        raise DeploytkError(f"`colors={colors!r}`: allowed {', '.join(COLORS)}.")
     rows, cols = sources.grid
     h, w = image.shape[:2]
     ph, pw = h // rows, w // cols

@@ -1,4 +1,4 @@
-"""The runtimes an artifact runs on, one ``Backend`` each; ``--backend NAME`` picks one.
+"""The runtimes an artifact runs on, one ``Backend`` each; ``backend=NAME`` picks one.
 
 A new runtime is one module with a ``Backend`` subclass and one entry in ``BACKENDS``.
 """
@@ -20,10 +20,10 @@ DEFAULT_BACKEND = "ort"
 
 
 def get_backend(name: str, validating: bool = False) -> Backend:
-    """The backend ``--backend name`` means; ``validating``: one whose outputs can be compared with the reference."""
+    """The backend ``backend=name`` means; ``validating``: one whose outputs can be compared with the reference."""
     allowed = [n for n, b in BACKENDS.items() if b.validates or not validating]
     if name not in allowed:
-        raise DeploytkError(f"unknown backend {name!r} (--backend); allowed: {', '.join(allowed)}.")
+        raise DeploytkError(f"unknown backend {name!r} (`backend=`); allowed: {', '.join(allowed)}.")
     return BACKENDS[name]
 
 

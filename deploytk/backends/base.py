@@ -57,7 +57,7 @@ class LoadedModel(ABC):
 
 
 class Backend(ABC):
-    """One runtime. ``name`` is what ``--backend`` takes."""
+    """One runtime. ``name`` is what ``backend`` takes."""
 
     name: str = ""
     #: what reports call it ("ONNX Runtime", "TensorRT")

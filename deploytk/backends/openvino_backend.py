@@ -63,8 +63,8 @@ def inference_precision(core, precision: str, what: str) -> tuple[str, str | Non
         f"{what} is a bf16 graph, which OpenVINO's CPU plugin cannot run as the graph says: its bf16 inference precision "
         "also turns the parts the graph keeps in fp32 (matching scores, softmax, norms, token sizes) into bf16, so its "
         "merge choices differ from the graph's (measured on the digits ViT: cosine 0.89 against the fp32 reference).",
-        hint="Validate it with --backend ort (emulated bf16) or run it with --backend trt / ort-cuda on a GPU; "
-        "for OpenVINO export with --precision fp32 or fp16.",
+        hint="Validate it with `backend=ort` (emulated bf16) or run it with `backend=trt` / ort-cuda on a GPU; "
+        "for OpenVINO export with `precision=fp32` or fp16.",
     )
 
 
@@ -143,12 +143,12 @@ class OpenVinoModel(LoadedModel):
 
 
 def dense_ir(artifact: Artifact) -> Path:
-    """The int8 dense baseline `deploytk quantize --runtime openvino` wrote beside the model (DIR/.baseline/dense-<sha>.xml)."""
+    """The int8 dense baseline `deploytk quantize` with `runtime=openvino` wrote beside the model (DIR/.baseline/dense-<sha>.xml)."""
     return verified_quantized_baseline(artifact, quantized_baseline_path(artifact).with_suffix(".xml"))
 
 
 class OpenVinoBackend(Backend):
-    """``ir``: run that IR file instead of the artifact's graph (what `package --runtime openvino` validates before it
+    """``ir``: run that IR file instead of the artifact's graph (what `package` with `runtime=openvino` validates before it
     writes it); the artifact still names the tensors and supplies the probed graph."""
 
     name = "openvino"
@@ -165,13 +165,13 @@ class OpenVinoBackend(Backend):
         return "cpu"
 
     def core(self):
-        require_openvino(f"--backend {self.name}")
+        require_openvino(f"`backend={self.name}`")
         import openvino  # optional: guarded above
 
         return openvino.Core()
 
     def graph(self, artifact: Artifact) -> tuple[onnx.ModelProto, str | None]:
-        artifact.require_runtime(f"--backend {self.name}", ("openvino",))
+        artifact.require_runtime(f"`backend={self.name}`", ("openvino",))
         # an int8 artifact runs model.xml; its model.onnx (the fp32 graph it was quantized from) names the tensors to probe
         # what a user deploys: model.inlined.onnx when the export wrote one (checked against the manifest's sha256);
         # else the function-bodied graph, which load() inlines in memory
@@ -201,11 +201,11 @@ class OpenVinoBackend(Backend):
 
     def load(self, artifact, batch_sizes, graph=None, progress: Progress = SILENT) -> OpenVinoModel:
         core = self.core()
-        artifact.require_runtime(f"--backend {self.name}", ("openvino",))
-        if self.ir_of(artifact) is not None:  # `deploytk quantize --runtime openvino`, or an IR handed in
+        artifact.require_runtime(f"`backend={self.name}`", ("openvino",))
+        if self.ir_of(artifact) is not None:  # `deploytk quantize` with `runtime=openvino`, or an IR handed in
             progress.step(f"OpenVINO: reading {self.ir_of(artifact)}" + (" (int8)" if artifact.quantization else ""))
             loaded = self.compile(core, artifact, graph)
-        elif graph is None and artifact.inlined_path is not None:  # what a user deploys: export --format onnx-inlined
+        elif graph is None and artifact.inlined_path is not None:  # what a user deploys: export with `fmt='onnx-inlined'`
             progress.step(f"OpenVINO: reading {artifact.inlined_path.name}")
             loaded = self.compile(core, artifact, path=artifact.inlined_path)
         else:

@@ -35,7 +35,7 @@ def ort_providers(backend: str = "ort") -> list:
             raise DeploytkError(
                 "backend ort-cuda needs onnxruntime-gpu's CUDAExecutionProvider, which is not available "
                 f"(providers: {', '.join(available)}).",
-                hint="Install onnxruntime-gpu on a machine with CUDA, or use --backend ort.",
+                hint="Install onnxruntime-gpu on a machine with CUDA, or use `backend=ort`.",
             )
         return [("CUDAExecutionProvider", dict(CUDA_PROVIDER_OPTIONS)), "CPUExecutionProvider"]
     return ["CPUExecutionProvider"]
@@ -92,7 +92,7 @@ class OrtBackend(Backend):
         return "cuda" if self.name == "ort-cuda" else "cpu"
 
     def graph(self, artifact: Artifact) -> tuple[onnx.ModelProto, str | None]:
-        artifact.require_runtime(f"--backend {self.name}", ("ort", "trt"))  # a trt Q/DQ graph runs here as the check of its numbers
+        artifact.require_runtime(f"`backend={self.name}`", ("ort", "trt"))  # a trt Q/DQ graph runs here as the check of its numbers
         proto = onnx.load(str(artifact.onnx_path))
         if self.device() == "cpu" and artifact.precision == "bf16":  # the CPU provider has no bf16 kernels
             return emulate_bf16(proto), EMULATION_NOTE
@@ -107,12 +107,12 @@ class OrtBackend(Backend):
         return OrtModel(session, artifact.img_size, emulation, graph)
 
     def load_for_timing(self, artifact, batch_sizes, progress: Progress = SILENT) -> tuple[OrtModel, OrtModel]:
-        artifact.require_runtime(f"--backend {self.name}", ("ort", "trt"))
+        artifact.require_runtime(f"`backend={self.name}`", ("ort", "trt"))
         if self.device() == "cpu" and artifact.precision == "bf16":
             raise DeploytkError(
                 f"{artifact.directory} is a bf16 graph, and ONNX Runtime's CPU provider has no bf16 kernels: its latency cannot be "
                 "measured here.",
-                hint="Profile it with --backend trt or --backend ort-cuda on a GPU, or export with --precision fp16/fp32 for CPU.",
+                hint="Profile it with `backend=trt` or `backend=ort-cuda` on a GPU, or export with `precision=fp16`/fp32 for CPU.",
             )
         progress.step("exporting the unmerged baseline (cached after the first run)")
         dense_path = baseline_onnx(artifact)

@@ -53,7 +53,7 @@ class TorchBackend(Backend):
         raise DeploytkError("backend torch runs the PyTorch reference itself: there is nothing to validate against it.")
 
     def load_for_timing(self, artifact, batch_sizes, progress: Progress = SILENT) -> tuple[TorchModel, TorchModel]:
-        artifact.require_runtime(f"--backend {self.name} (it times the PyTorch reference, never an int8 graph)", ())
+        artifact.require_runtime(f"`backend={self.name}` (it times the PyTorch reference, never an int8 graph)", ())
         device, precision = self.device(), artifact.precision
         merged = build_reference(artifact.reference_config)
         dense = dense_model(merged, precision).to(device)

@@ -37,7 +37,7 @@ def check_batch_sizes(engine_manifest: dict, batch_sizes: list[int], what: str) 
     if outside:
         raise DeploytkError(
             f"{what}: batch size(s) {', '.join(map(str, outside))} outside the engine's optimization profile {lo}..{hi}.",
-            hint=f"Rebuild with `deploytk build DIR --batch {min(lo, *outside)},{engine_manifest['build']['batch'][1]},"
+            hint=f"Rebuild the engine (`deploytk build`) with `batch={min(lo, *outside)},{engine_manifest['build']['batch'][1]},"
             f"{max(hi, *outside)}` or use batch sizes in {lo}..{hi}.",
         )
 
@@ -54,12 +54,12 @@ def checked_engine_manifest(artifact: Artifact, what: str) -> dict:
 
 
 def read_engine(directory: Path, what: str, baseline: bool = False) -> bytes:
-    """The serialized engine (``baseline``: the unmerged one built alongside unless --no-baseline)."""
+    """The serialized engine (``baseline``: the unmerged one built alongside unless ``baseline=False``)."""
     path = Path(directory) / (BASELINE_ENGINE_FILE if baseline else ENGINE_FILE)
     if not path.is_file():
         raise DeploytkError(
-            f"{what}: {path} is missing (the engine was built with --no-baseline).",
-            hint=f"Rebuild without --no-baseline: `deploytk build {directory}`.",
+            f"{what}: {path} is missing (the engine was built with `baseline=False`).",
+            hint=f"Rebuild it with `baseline=True` (`deploytk build {directory}`).",
         )
     return path.read_bytes()
 
@@ -107,12 +107,12 @@ class TrtBackend(Backend):
         return not (Path(directory) / ENGINE_FILE).is_file()  # `deploytk build` makes model.engine + baseline.engine
 
     def load(self, artifact, batch_sizes, graph=None, progress: Progress = SILENT) -> TrtModel:
-        what = "validate --backend trt"
+        what = "validate `backend=trt`"
         check_batch_sizes(checked_engine_manifest(artifact, what), batch_sizes, what)  # refuse a stale engine before any work
         return TrtModel(read_engine(artifact.directory, what), artifact.img_size)
 
     def load_for_timing(self, artifact, batch_sizes, progress: Progress = SILENT) -> tuple[TrtModel, TrtModel]:
-        what = "profile --backend trt"
+        what = "profile `backend=trt`"
         check_batch_sizes(checked_engine_manifest(artifact, what), batch_sizes, what)
         progress.step("loading the TensorRT engines")
         return tuple(TrtModel(read_engine(artifact.directory, what, baseline), artifact.img_size) for baseline in (False, True))

@@ -102,7 +102,7 @@ def _build(trt, logger, model: onnx.ModelProto, options: BuildOptions, input_sha
         errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
         raise DeploytkError(
             f"TensorRT's ONNX parser rejected {source}: {errors}",
-            hint="Try --merge-impl native / --attention-impl native to isolate a plugin problem.",
+            hint="Try `merge_impl=native` / `attention_impl=native` to isolate a plugin problem.",
         )
 
     config = builder.create_builder_config()
@@ -122,7 +122,7 @@ def _build(trt, logger, model: onnx.ModelProto, options: BuildOptions, input_sha
     if serialized is None:
         raise DeploytkError(
             f"TensorRT could not build the {what} engine (see its log above).",
-            hint="Try a smaller --batch max, --opt-level 2, or the native paths.",
+            hint="Try a smaller max in `batch=`, `opt_level=2`, or the native paths.",
         )
     seconds = time.perf_counter() - t0
     if cache_path:
@@ -144,13 +144,13 @@ def attach_timing_cache(config, cache_path: Path | None) -> None:
         if data:
             raise DeploytkError(
                 f"{cache_path} is not a TensorRT timing cache (or it is damaged): TensorRT could not read it.",
-                hint="Delete it, or pass a new --timing-cache path; the build writes a fresh cache there.",
+                hint="Delete it, or pass a new `timing_cache=` path; the build writes a fresh cache there.",
             )
         raise DeploytkError("TensorRT could not create an empty timing cache.")
     if not config.set_timing_cache(cache, ignore_mismatch=False):
         raise DeploytkError(
             f"{cache_path} was made on another GPU or with another TensorRT version, so TensorRT will not use it; it was left as it is.",
-            hint="Keep one --timing-cache file per GPU model and TensorRT version, e.g. timing-H100-10.13.cache.",
+            hint="Keep one `timing_cache=` file per GPU model and TensorRT version, e.g. timing-H100-10.13.cache.",
         )
 
 

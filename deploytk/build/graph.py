@@ -65,7 +65,7 @@ def check_tensorrt_supports(model: onnx.ModelProto, options: BuildOptions, tenso
     if version < NATIVE_ATTENTION_MIN_TENSORRT:
         need = ".".join(map(str, NATIVE_ATTENTION_MIN_TENSORRT))
         raise DeploytkError(
-            f"--attention-impl native needs TensorRT >= {need} (its ONNX parser imports the standard Attention op "
+            f"`attention_impl=native` needs TensorRT >= {need} (its ONNX parser imports the standard Attention op "
             f"from {need} on); this is TensorRT {tensorrt_version}.",
-            hint=f"Use --attention-impl plugin (deploytk's ProportionalAttention kernel), or install TensorRT >= {need}.",
+            hint=f"Use `attention_impl=plugin` (deploytk's ProportionalAttention kernel), or install TensorRT >= {need}.",
         )

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from deploytk.errors import DeploytkError
+from deploytk.errors import DeploytkError, param
 
 Impl = Literal["plugin", "native"]
 
@@ -20,7 +20,7 @@ class BuildOptions(BaseModel):
     standard-op function bodies. ``attention_impl``:
     ``plugin`` = deploytk's ProportionalAttention kernel; ``native`` = TensorRT's fused
     attention (the ONNX ``Attention`` op with log(size) as additive mask). ``baseline``: also
-    build the unmerged model with the same options, the reference of `profile --backend trt`.
+    build the unmerged model with the same options, the reference of `profile` on the trt backend.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -36,14 +36,14 @@ class BuildOptions(BaseModel):
     @classmethod
     def _ordered(cls, v):
         if not (1 <= v[0] <= v[1] <= v[2]):
-            raise ValueError(f"--batch min,opt,max must satisfy 1 <= min <= opt <= max; got {','.join(map(str, v))}")
+            raise ValueError("min,opt,max must satisfy 1 <= min <= opt <= max")
         return v
 
     @field_validator("opt_level")
     @classmethod
     def _level(cls, v):
         if not 0 <= v <= 5:
-            raise ValueError(f"--opt-level must be 0..5 (TensorRT's builder_optimization_level); got {v}")
+            raise ValueError("must be 0..5 (TensorRT's builder_optimization_level)")
         return v
 
 
@@ -52,19 +52,20 @@ def parse_batch(spec: str) -> tuple[int, int, int]:
     try:
         values = [int(v) for v in spec.split(",")]
     except ValueError:
-        raise DeploytkError(f"--batch {spec!r} is not a list of integers; use min,opt,max such as 1,8,64 (or one value).") from None
+        raise DeploytkError(f"`batch={spec!r}` is not a list of integers; use min,opt,max such as 1,8,64 (or one value).") from None
     if len(values) == 1:
         values *= 3
     if len(values) != 3:
-        raise DeploytkError(f"--batch {spec!r} has {len(values)} values; use min,opt,max such as 1,8,64 (or one value).")
+        raise DeploytkError(f"`batch={spec!r}` has {len(values)} values; use min,opt,max such as 1,8,64 (or one value).")
     return tuple(values)
 
 
 def build_options(batch: str = "1,8,64", **kwargs) -> BuildOptions:
-    """BuildOptions from CLI values, with pydantic's complaint turned into one deploytk error."""
+    """BuildOptions from the values as text (``batch`` as '1,8,64'), with pydantic's complaint turned into one deploytk error."""
     try:
         return BuildOptions(batch=parse_batch(batch), **kwargs)
     except ValidationError as err:
         first = err.errors()[0]
-        field = ".".join(str(p) for p in first["loc"])
-        raise DeploytkError(f"build option {field}: {first['msg'].removeprefix('Value error, ')}.") from None
+        field, value = ".".join(str(p) for p in first["loc"]), first.get("input")
+        shown = ",".join(map(str, value)) if isinstance(value, list | tuple) else repr(value) if isinstance(value, str) else value
+        raise DeploytkError(f"{param(field, shown)}: {first['msg'].removeprefix('Value error, ')}.") from None

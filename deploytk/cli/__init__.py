@@ -22,7 +22,7 @@ import typer
 
 from deploytk.cli import defaults, quiet, render
 from deploytk.cli.render import RichProgress, emit_json, fail
-from deploytk.errors import DeploytkError
+from deploytk.errors import DeploytkError, param
 
 # Every library module is imported inside the command that calls it: most import torch, ONNX or OpenVINO, and
 # `deploytk --help`, `--version` and a command's `--help` need none of them (issue 42). Help texts and defaults come
@@ -90,8 +90,8 @@ OS_FAILURES = {
     errno.EACCES: "Choose a path you may read and write, or change its permissions.",
     errno.EPERM: "Choose a path you may read and write, or change its permissions.",
 }
-#: the parameters that name a command's output, and their flags
-OUTPUT_FLAGS = {"output": "--output", "triton": "--triton"}
+#: the parameters that name a command's output (the CLI's own words; render.fail names their flags)
+OUTPUT_PARAMETERS = ("output", "triton")
 
 
 def os_failure(err: BaseException, kwargs: dict) -> str | None:
@@ -102,7 +102,7 @@ def os_failure(err: BaseException, kwargs: dict) -> str | None:
         err = err.__cause__ or err.__context__
     if err is None:
         return None
-    outputs = " and ".join(f"{flag} {kwargs[name]}" for name, flag in OUTPUT_FLAGS.items() if kwargs.get(name) is not None)
+    outputs = " and ".join(param(name, kwargs[name]) for name in OUTPUT_PARAMETERS if kwargs.get(name) is not None)
     if err.filename is not None and not (outputs and err.errno in (errno.ENOSPC, errno.EDQUOT)):
         where = "at " + " -> ".join(str(f) for f in (err.filename, err.filename2) if f is not None)
         where += f" (writing {outputs})" if outputs else ""
@@ -136,7 +136,8 @@ def handle_errors_without_libraries(fn):
 
 
 def _reported(fn, args, kwargs):
-    """Run one command, a DeploytkError, Ctrl-C or an OS failure the user fixes turned into one paragraph and exit 2."""
+    """Run one command, a DeploytkError, Ctrl-C or an OS failure the user fixes turned into one paragraph and exit 2 (the
+    parameters it names become the command's flags: render.fail)."""
     try:
         return fn(*args, **kwargs)
     except DeploytkError as err:
@@ -232,7 +233,9 @@ def validate(
     atol: float | None = typer.Option(None, help="Absolute tolerance on logits " + tolerance_defaults("atol")),
     rtol: float | None = typer.Option(None, help="Relative tolerance on logits " + tolerance_defaults("rtol")),
     min_cosine: float | None = typer.Option(None, help="Minimum per-image cosine similarity " + tolerance_defaults("min_cosine")),
-    min_top1: float | None = typer.Option(None, help="Minimum top-1 agreement, a fraction " + tolerance_defaults("min_top1_agreement")),
+    min_top1_agreement: float | None = typer.Option(
+        None, "--min-top1", help="Minimum top-1 agreement, a fraction " + tolerance_defaults("min_top1_agreement")
+    ),
     max_branch_flips: float | None = typer.Option(
         None,
         help="Largest fraction of images allowed to take a different matching/selection choice at a proven near-tie "
@@ -256,7 +259,7 @@ def validate(
         "atol": atol,
         "rtol": rtol,
         "min_cosine": min_cosine,
-        "min_top1_agreement": min_top1,
+        "min_top1_agreement": min_top1_agreement,
         "max_branch_flips": max_branch_flips,
     }
     backends = [name.strip() for name in backend.split(",") if name.strip()]
@@ -438,6 +441,7 @@ def tune(
             warmup=warmup,
             iterations=iterations,
             progress=progress,
+            command_line=render.command_line,
         )
     render.tune(report, json_out)
     raise typer.Exit(1 if report["outcome"] == "impossible" else 0)

@@ -16,20 +16,84 @@ from rich.text import Text
 
 from deploytk import progress as library_progress
 from deploytk.cli.defaults import VISUALIZE_REFERENCE
-from deploytk.errors import DeploytkNotice
+from deploytk.errors import PARAMETER, DeploytkNotice
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 out_console = Console(highlight=False, soft_wrap=True)
 
 
+def running_command_context():
+    """The click context of the command whose body is running, or None outside one."""
+    try:
+        from typer._click.globals import get_current_context  # typer >= 0.26 keeps a copy of click of its own
+    except ImportError:  # an older typer runs on click itself
+        from click import get_current_context
+
+    return get_current_context(silent=True)
+
+
+def running_command():
+    """The click command whose body is running (None outside one): its parameters are the flags a message may name."""
+    context = running_command_context()
+    return None if context is None else context.command
+
+
+def in_flags(message: str, command=None) -> str:
+    """The library names parameters (`num_images=0`, deploytk.errors.PARAMETER); the CLI user typed flags. Each marked
+    parameter that ``command`` (default: the running one) declares as an option becomes its flag with the value
+    (`fmt='x'` -> --format 'x'; True -> the switch, False -> its off switch); any other stays as the library wrote it.
+    The flags are the command's own click options, so no table of them is kept here."""
+    command = command if command is not None else running_command()
+    if command is None:
+        return message
+    options = {p.name: p for p in command.params if getattr(p, "param_type_name", None) == "option"}
+
+    def flag(match) -> str:
+        option, value = options.get(match.group(1)), match.group(2)
+        if option is None:
+            return match.group(0)
+        long_opts = [o for o in option.opts if o.startswith("--")] or option.opts
+        if option.is_flag and value in ("True", "False"):
+            if value == "True":
+                return long_opts[0]
+            return option.secondary_opts[0] if option.secondary_opts else match.group(0)
+        return f"{long_opts[0]} {value}" if value else long_opts[0]
+
+    return PARAMETER.sub(flag, message)
+
+
+def command_line(argument, arguments: dict) -> str:
+    """The shell command that reproduces a run of the running command (for the library's ``command_line``): its
+    argument, then each keyword argument as the option the command declares for it (lists comma-separated, True as the
+    switch, None left out), from the command's own click options."""
+    import shlex
+
+    context = running_command_context()
+    options = {p.name: p for p in context.command.params if getattr(p, "param_type_name", None) == "option"}
+    words = ["deploytk", *context.command_path.split()[1:], str(argument)]
+    for name, value in arguments.items():
+        option = options[name]
+        flag = ([o for o in option.opts if o.startswith("--")] or option.opts)[0]
+        if value is None or value is False:
+            continue
+        if value is True:
+            words.append(flag)
+        elif isinstance(value, list | tuple):
+            words += [flag, ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in value)]
+        else:
+            words += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    return shlex.join(words)
+
+
 def fail(message: str, code: int = 2):
-    err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)  # escaped: messages quote [brackets]
+    """The error paragraph on stderr, the library's parameter names turned into the running command's flags."""
+    err_console.print(f"[bold red]error:[/] {escape(in_flags(message))}", soft_wrap=True)  # escaped: messages quote [brackets]
     raise typer.Exit(code)
 
 
 def note(message: str) -> None:
     """A line on stderr the user should see whatever the output format (stdout stays one JSON object with --json)."""
-    err_console.print(f"[dim]note:[/] {escape(message)}")
+    err_console.print(f"[dim]note:[/] {escape(in_flags(message))}")
 
 
 def show_notices() -> None:
@@ -285,7 +349,7 @@ def profile(result: dict, json_out: bool) -> None:
     for warning in result["warnings"]:
         out_console.print(f"[yellow]warning:[/] {escape(warning['message'])}; try:")
         for suggestion in warning["suggestions"]:
-            out_console.print(f"  - {escape(suggestion)}")
+            out_console.print(f"  - {escape(in_flags(suggestion))}")
 
 
 def tune(report: dict, json_out: bool) -> None:

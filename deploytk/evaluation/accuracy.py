@@ -1,7 +1,7 @@
 """`deploytk eval`: ImageFolder accuracy of the dense model, the merged reference and ONNX Runtime.
 
 One pass over the images computes, on identical preprocessed batches
-(the model family's ``eval_transform``, the preprocessing ``validate --images`` uses):
+(the model family's ``eval_transform``, the preprocessing ``validate`` uses on its ``images``):
 
 - ``dense``: the unmerged model as its family calls it (``create_model(cfg).plain()``),
 - ``reference``: the merged PyTorch reference (``build_reference``),
@@ -65,10 +65,10 @@ def scan_image_folder(root: Path, limit: int | None = None) -> ImageFolder:
     """
     root = Path(root)
     if limit is not None and limit < 1:
-        raise DeploytkError(f"--limit {limit}: must be an int >= 1 (or omitted for all images).")
+        raise DeploytkError(f"`limit={limit}`: must be an int >= 1 (or omitted for all images).")
     if not root.is_dir():
         raise DeploytkError(
-            f"data directory {root} does not exist or is not a directory (--data).",
+            f"data directory {root} does not exist or is not a directory (`data=`).",
             hint="Pass an ImageFolder tree DIR/<class>/<image>.png, e.g. the val split of `write_digits_imagefolder`.",
         )
     classes = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
@@ -76,19 +76,19 @@ def scan_image_folder(root: Path, limit: int | None = None) -> ImageFolder:
         loose = _images_in(root)
         what = f"{len(loose)} loose image(s) but " if loose else ""
         raise DeploytkError(
-            f"data directory {root} has {what}no class subfolders (--data); expected an ImageFolder tree "
+            f"data directory {root} has {what}no class subfolders (`data=`); expected an ImageFolder tree "
             f"{root}/<class>/<image> ({', '.join(sorted(IMAGE_SUFFIXES))}), one sub-folder per class."
         )
     per_class = [_images_in(root / c) for c in classes]
     if not any(per_class):
         raise DeploytkError(
             f"data directory {root} has {len(classes)} class subfolder(s) but no images in them "
-            f"(--data; looked for {', '.join(sorted(IMAGE_SUFFIXES))})."
+            f"(`data=`; looked for {', '.join(sorted(IMAGE_SUFFIXES))})."
         )
     empty = [c for c, files in zip(classes, per_class, strict=True) if not files]
     if empty:
         raise DeploytkError(
-            f"class folder(s) {', '.join(repr(c) for c in empty[:5])} in {root} hold no images (--data); "
+            f"class folder(s) {', '.join(repr(c) for c in empty[:5])} in {root} hold no images (`data=`); "
             "every class folder needs at least one image, or the class indices would shift."
         )
     samples = []
@@ -124,7 +124,7 @@ def evaluate(
     calls the exported model's accuracy ``exported`` (``backend`` says what ran it).
     """
     if batch_size < 1:
-        raise DeploytkError(f"--batch-size {batch_size}: must be an int >= 1.")
+        raise DeploytkError(f"`batch_size={batch_size}`: must be an int >= 1.")
     backend = get_backend(backend, validating=True) if isinstance(backend, str) else backend
     folder = scan_image_folder(data, limit)
     t_start = time.perf_counter()
@@ -265,9 +265,9 @@ def _check_classes(folder: ImageFolder, num_classes: int, cfg: DeployConfig) -> 
     if len(folder.classes) != num_classes:
         hint = ""
         if {"train", "val"} & set(folder.classes):
-            hint = f" {folder.root} looks like a dataset root: pass its split, e.g. --data {folder.root / 'val'}."
+            hint = f" {folder.root} looks like a dataset root: pass its split, e.g. `data={folder.root / 'val'}`."
         shown = ", ".join(folder.classes[:12]) + (", ..." if len(folder.classes) > 12 else "")
         raise DeploytkError(
             f"data directory {folder.root} has {len(folder.classes)} class folder(s) ({shown}) but model "
-            f"{cfg.model} has num_classes={num_classes} (--data / `model_kwargs.num_classes`); they must be equal." + hint
+            f"{cfg.model} has num_classes={num_classes} (`data=` / `model_kwargs.num_classes`); they must be equal." + hint
         )

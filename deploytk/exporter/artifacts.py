@@ -18,7 +18,7 @@ from deploytk.files import DirectoryKind
 from deploytk.models import is_held
 
 MODEL_FILE = "model.onnx"
-#: `export --format onnx-inlined`: the same graph with the deploytk functions inlined (standard ops only)
+#: `export` with `fmt='onnx-inlined'`: the same graph with the deploytk functions inlined (standard ops only)
 INLINED_MODEL_FILE = "model.inlined.onnx"
 MANIFEST_FILE = "manifest.json"
 MANIFEST_FORMAT = "deploytk-artifact/1"
@@ -28,7 +28,7 @@ BASELINE_ENGINE_FILE = "baseline.engine"
 ENGINE_MANIFEST_FILE = "engine.json"
 #: the unmerged baseline's cache (exporter/baseline.py): dense-<sha>.onnx files
 BASELINE_DIR = ".baseline"
-#: `deploytk quantize --runtime openvino`: the quantized graph as OpenVINO IR (model.onnx stays the fp32 graph it came from)
+#: `deploytk quantize` with `runtime=openvino`: the quantized graph as OpenVINO IR (model.onnx stays the fp32 graph it came from)
 IR_FILE = "model.xml"
 IR_WEIGHTS_FILE = "model.bin"
 #: an export of a Python model object: its stored weights and architecture (deploytk.exporter.source)
@@ -53,7 +53,7 @@ def _artifact_files(directory: Path) -> set[str] | None:
     return stored | {MANIFEST_FILE, ENGINE_FILE, BASELINE_ENGINE_FILE, ENGINE_MANIFEST_FILE} | models | data | ir | cached
 
 
-#: an export folder, as `deploytk export --output` claims it (deploytk.files: the rule for every output)
+#: an export folder, as `deploytk export` claims its `output` (deploytk.files: the rule for every output)
 EXPORT = DirectoryKind("deploytk export", MANIFEST_FILE, _artifact_files)
 
 
@@ -71,13 +71,13 @@ def require_artifact_dir(directory: Path) -> Path:
     if not directory.is_dir():
         raise DeploytkError(
             f"artifact directory {directory} does not exist.",
-            hint="Create it with `deploytk export CONFIG --output DIR` first.",
+            hint="Create it with `deploytk export` first.",
         )
     for name in (MODEL_FILE, MANIFEST_FILE):
         if not (directory / name).is_file():
             raise DeploytkError(
                 f"{directory} is not a deploytk artifact directory: {name} is missing.",
-                hint="Export into a new folder with `deploytk export CONFIG --output NEW_DIR` and pass that folder.",
+                hint="Export again into a new folder with `deploytk export` and pass that folder.",
             )
     return directory
 
@@ -212,7 +212,7 @@ class Artifact:
 
     @cached_property
     def inlined_path(self) -> Path | None:
-        """model.inlined.onnx when the export wrote one (``--format onnx-inlined``), checked against its sha256."""
+        """model.inlined.onnx when the export wrote one (``fmt='onnx-inlined'``), checked against its sha256."""
         record = self.manifest.get("onnx_inlined")
         if not record:
             return None
@@ -224,7 +224,7 @@ class Artifact:
         ):
             raise DeploytkError(
                 f"{path} is missing or does not match its manifest: the file was changed after export.",
-                hint="Re-run `deploytk export --format onnx-inlined` to regenerate the artifact.",
+                hint="Export again with `fmt='onnx-inlined'` to regenerate the artifact.",
             )
         return path
 
@@ -269,10 +269,9 @@ class Artifact:
         if quantized and quantized["runtime"] not in runs:
             made = quantized.get("backend", quantized["runtime"])
             raise DeploytkError(
-                f"{self.directory} was quantized for {quantized['runtime']} (`deploytk quantize --runtime {quantized['runtime']}`); "
+                f"{self.directory} was quantized for {quantized['runtime']} (`deploytk quantize` with `runtime={quantized['runtime']}`); "
                 f"{what} does not run that graph.",
-                hint=f"Run it with --backend {made}, or quantize the fp32 export for this runtime: "
-                f"`deploytk quantize {quantized['source']['directory']} --runtime ...`.",
+                hint=f"Run it with `backend={made}`, or quantize the fp32 export {quantized['source']['directory']} for this runtime.",
             )
 
     @cached_property
@@ -291,7 +290,7 @@ class Artifact:
         return files[0][0]
 
     def require_exported_from(self, cfg: DeployConfig, config_name: str, img_size) -> None:
-        """Refuse an export (``--artifacts``) of another model, method, schedule, image size or weights than ``cfg``."""
+        """Refuse an export (``artifacts``) of another model, method, schedule, image size or weights than ``cfg``."""
         want, have = _export_identity(cfg), _export_identity(self.config)
         problems = [f"`{k}` is {have.get(k)!r} there but {want[k]!r} in {config_name}" for k in want if want[k] != have.get(k)]
         if list(self.img_size) != list(img_size):
@@ -308,9 +307,9 @@ class Artifact:
             )
         if problems:
             raise DeploytkError(
-                f"--artifacts {self.directory} was not exported from {config_name}: " + "; ".join(problems) + ".",
-                hint=f"Re-export with `deploytk export {config_name} --output {self.directory}`, "
-                "or omit --artifacts to export to a temporary directory.",
+                f"`artifacts={self.directory}` was not exported from {config_name}: " + "; ".join(problems) + ".",
+                hint=f"Export {config_name} again into {self.directory} (`deploytk export`), "
+                "or omit `artifacts=` to export to a temporary directory.",
             )
 
 

@@ -223,7 +223,7 @@ def _check_opset_bump(nodes, old: int, new: int, where: str) -> None:
     if problems:
         raise DeploytkError(
             f"Native Attention needs ai.onnx opset {new}, but raising {where}'s opset {old} would change: " + ", ".join(problems) + ".",
-            hint="Build with `--attention-impl plugin` (deploytk's attention kernel), which keeps the exported opset.",
+            hint="Build with `attention_impl=plugin` (deploytk's attention kernel), which keeps the exported opset.",
         )
 
 

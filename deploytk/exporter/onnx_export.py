@@ -59,7 +59,7 @@ def _keep_local_functions():
 
 @contextlib.contextmanager
 def _quiet():
-    """torch.onnx prints progress to stdout; keep stdout clean for --json."""
+    """torch.onnx prints progress to stdout; keep stdout clean for the CLI's JSON."""
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()) as out:
         warnings.simplefilter("ignore")

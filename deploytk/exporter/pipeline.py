@@ -22,7 +22,7 @@ from deploytk.merging.precision import to_precision
 from deploytk.models import build_reference
 from deploytk.progress import SILENT, Progress
 
-#: --format: the plugin-ready file alone, or with a standard-op copy for runtimes without model-local functions
+#: ``fmt``: the plugin-ready file alone, or with a standard-op copy for runtimes without model-local functions
 FORMATS = ("onnx", "onnx-inlined")
 
 
@@ -61,7 +61,7 @@ def run_export(
     ``source``: the model object ``cfg.model`` holds (``memory:``), whose stored files go to ``source/``.
     """
     if fmt not in FORMATS:
-        raise DeploytkError(f"--format {fmt!r} is not one of {', '.join(FORMATS)}.")
+        raise DeploytkError(f"`fmt={fmt!r}` is not one of {', '.join(FORMATS)}.")
     with claim_directory(output, EXPORT, force=force) as target:
         progress.step("building the PyTorch reference")
         model = build_reference(cfg)

@@ -33,11 +33,11 @@ def latency_stats(seconds: list[float], batch_size: int) -> dict:
 
 
 def parse_batch_sizes(spec: str) -> list[int]:
-    """--batch-sizes '1,8,32' -> [1, 8, 32]."""
+    """``batch_sizes`` as text, '1,8,32' -> [1, 8, 32]."""
     try:
         return [int(v) for v in spec.split(",") if v.strip()]
     except ValueError:
-        raise DeploytkError(f"--batch-sizes {spec!r} must be comma-separated ints, e.g. 1,8,32.") from None
+        raise DeploytkError(f"`batch_sizes={spec!r}` must be comma-separated ints, e.g. 1,8,32.") from None
 
 
 def slower_than_dense(results: list[dict], backend: Backend, r) -> list[dict]:
@@ -54,13 +54,13 @@ def slower_than_dense(results: list[dict], backend: Backend, r) -> list[dict]:
             continue
         schedule = f"a lower r than {r}" if r is not None else "a milder schedule (a higher keep rate)"
         suggestions = [
-            f"a larger batch than {b} (--batch-sizes): the merge ops' fixed cost per run is shared by more images, and the "
+            f"a larger batch than {b} (`batch_sizes=`): the merge ops' fixed cost per run is shared by more images, and the "
             "tokens they remove save more",
             f"{schedule}: on a small model the merge ops can cost more than the tokens they remove (deploytk tune finds the "
             "least aggressive schedule that meets a latency budget)",
         ]
         if others:
-            suggestions.append("the other runtime: " + " or ".join(f"--backend {n}" for n in others))
+            suggestions.append("the other runtime: " + " or ".join(f"`backend={n}`" for n in others))
         warnings.append(
             {
                 "batch_size": b,
@@ -76,9 +76,9 @@ def profile(
     directory: Path, backend: str | Backend, batch_sizes: list[int], warmup: int, iterations: int, progress: Progress = SILENT
 ) -> dict:
     if not batch_sizes or any(b < 1 for b in batch_sizes):
-        raise DeploytkError(f"--batch-sizes {batch_sizes} must be a comma-separated list of ints >= 1.")
+        raise DeploytkError(f"`batch_sizes={batch_sizes}` must be a comma-separated list of ints >= 1.")
     if warmup < 0 or iterations < 1:
-        raise DeploytkError("--warmup must be >= 0 and --iterations >= 1.")
+        raise DeploytkError("`warmup=` must be >= 0 and `iterations=` >= 1.")
     backend = get_backend(backend) if isinstance(backend, str) else backend
     artifact = Artifact.open(directory)
     merged, dense = backend.load_for_timing(artifact, batch_sizes, progress)

@@ -31,12 +31,12 @@ from deploytk.quantize.base import Quantizer
 from deploytk.quantize.nncf_openvino import OPENVINO
 from deploytk.quantize.qdq import ORT, TRT
 
-#: --runtime: one Quantizer each (deploytk/quantize/<tool>.py)
+#: `runtime=`: one Quantizer each (deploytk/quantize/<tool>.py)
 QUANTIZERS: dict[str, Quantizer] = {q.name: q for q in (OPENVINO, ORT, TRT)}
 RUNTIMES = tuple(QUANTIZERS)
 #: calibration images by default: NNCF's own default subset size
 DEFAULT_CALIBRATION_IMAGES = 300
-#: --synthetic: seeded noise, another seed than validate's (0), so validation does not see the calibration images
+#: `synthetic=`: seeded noise, another seed than validate's (0), so validation does not see the calibration images
 SYNTHETIC_SEED = 1
 BATCH = 8
 
@@ -50,7 +50,7 @@ KEPT_FP32 = (
 
 def get_quantizer(runtime: str) -> Quantizer:
     if runtime not in QUANTIZERS:
-        raise DeploytkError(f"--runtime {runtime!r} is not one of {', '.join(RUNTIMES)}.")
+        raise DeploytkError(f"`runtime={runtime!r}` is not one of {', '.join(RUNTIMES)}.")
     return QUANTIZERS[runtime]
 
 
@@ -62,20 +62,20 @@ def calibration_batches(artifact: Artifact, data: Path | None, synthetic: int | 
     """The calibration batches and the manifest's record of them; exactly one of ``data`` and ``synthetic``."""
     if (data is None) == (synthetic is None):
         raise DeploytkError(
-            "quantization needs calibration data: pass exactly one of --data IMAGES (a folder of real images, e.g. your "
-            "training split) and --synthetic N (N seeded noise images: the ranges of real data are not learned from them).",
+            "quantization needs calibration data: pass exactly one of `data=IMAGES` (a folder of real images, e.g. your "
+            "training split) and `synthetic=N` (N seeded noise images: the ranges of real data are not learned from them).",
             hint="For real accuracy, calibrate on a few hundred images like the ones the model will see.",
         )
     if data is not None:
         if num_images < 1:
-            raise DeploytkError(f"--num-images {num_images}: must be >= 1.")
+            raise DeploytkError(f"`num_images={num_images}`: must be >= 1.")
         transform = build_reference(artifact.reference_config).family.eval_transform()
         batches = folder_batches(data, num_images, BATCH, transform)
         images = sum(len(b) for b in batches)
         record = {"source": str(Path(data).resolve()), "images": images, "preprocessing": "the model family's eval transform"}
     else:
         if synthetic < 1:
-            raise DeploytkError(f"--synthetic {synthetic}: must be >= 1 (images).")
+            raise DeploytkError(f"`synthetic={synthetic}`: must be >= 1 (images).")
         batches = synthetic_batches(synthetic, BATCH, artifact.img_size, seed=SYNTHETIC_SEED)
         record = {"source": "synthetic", "images": synthetic, "seed": SYNTHETIC_SEED, "distribution": "standard normal"}
     digest = hashlib.sha256()
@@ -90,7 +90,7 @@ def check_source(source: Artifact) -> None:
     if quantized:
         raise DeploytkError(
             f"{source.directory} is already quantized (int8 for {quantized['runtime']}, from {quantized['source']['directory']}).",
-            hint=f"Quantize the fp32 export it came from: `deploytk quantize {quantized['source']['directory']} --runtime ...`.",
+            hint=f"Quantize the fp32 export it came from, {quantized['source']['directory']}, instead.",
         )
     if source.manifest["onnx"].get("external_data"):
         raise DeploytkError(
@@ -102,7 +102,7 @@ def check_source(source: Artifact) -> None:
         raise DeploytkError(
             f"{source.directory} is a {source.precision} graph; INT8 calibration starts from the fp32 graph (its ranges and "
             "the weights' scales are measured in fp32, and the unquantized parts stay fp32).",
-            hint="Export the same config in fp32 (`deploytk export CONFIG --precision fp32 --output DIR`) and quantize that.",
+            hint="Export the same config in fp32 (`precision='fp32'`, into a new folder) and quantize that.",
         )
 
 
@@ -127,7 +127,7 @@ def run_quantize(
     quantizer.check(source)
     output = Path(output) if output is not None else default_output(source.directory, runtime)
     if output.resolve() == source.directory.resolve():
-        raise DeploytkError(f"--output {output} is the source artifact itself.", hint="Write the int8 artifact to a new folder.")
+        raise DeploytkError(f"`output={output}` is the source artifact itself.", hint="Write the int8 artifact to a new folder.")
     with claim_directory(output, EXPORT, force=force) as target:
         batches, calibration = calibration_batches(source, data, synthetic, num_images)
         progress.step("exporting the unmerged baseline (cached after the first run)")

@@ -12,7 +12,7 @@ and each candidate's latency is the median over its runs; if a re-measurement mo
 boundary, the bisection resumes. Each measurement is one ``deploytk profile`` run (merged
 and dense alternating) of an export cached by config hash, so a rerun exports nothing.
 
-With ``--data`` every candidate within budget is measured (the bisection's and every more aggressive one), with its
+With ``data`` every candidate within budget is measured (the bisection's and every more aggressive one), with its
 top-1, and the most accurate is chosen (ties: the least aggressive).
 
 The parts: ``candidates`` (planning), ``search`` (bisection), ``measure`` (export cache, build, profile, accuracy),
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shlex
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -62,19 +62,22 @@ def tune(
     warmup: int = 3,
     iterations: int = 10,
     progress: Progress = SILENT,
+    command_line: Callable[[Path, dict], str] | None = None,
 ) -> dict:
-    """Search, write NEW.yaml (+ NEW.json, NEW.png) and return the report; see the module doc."""
+    """Search, write NEW.yaml (+ NEW.json, NEW.png) and return the report; see the module doc. The report's ``command``
+    reproduces the run: ``command_line(config, arguments)`` where the caller speaks another language than Python (the
+    CLI's flags), else the Python call."""
     if budget_ms <= 0:
-        raise DeploytkError(f"--budget-ms {budget_ms}: must be a positive number of milliseconds.")
+        raise DeploytkError(f"`budget_ms={budget_ms}`: must be a positive number of milliseconds.")
     if batch < 1 or warmup < 0 or iterations < 1:
-        raise DeploytkError("--batch and --iterations must be >= 1 and --warmup >= 0.")
+        raise DeploytkError("`batch=` and `iterations=` must be >= 1 and `warmup=` >= 0.")
     if percentile not in PERCENTILES:
-        raise DeploytkError(f"--percentile {percentile!r} is not one of {', '.join(PERCENTILES)}.")
+        raise DeploytkError(f"`percentile={percentile!r}` is not one of {', '.join(PERCENTILES)}.")
     if iterations < MIN_SAMPLES[percentile]:
         raise DeploytkError(
-            f"--percentile {percentile} needs at least {MIN_SAMPLES[percentile]} timed runs per candidate; with --iterations "
-            f"{iterations} it would be the slowest run, not a {percentile}.",
-            hint=f"Pass --iterations {MIN_SAMPLES[percentile]} or more (each candidate then takes longer to measure).",
+            f"`percentile={percentile}` needs at least {MIN_SAMPLES[percentile]} timed runs per candidate; with "
+            f"`iterations={iterations}` it would be the slowest run, not a {percentile}.",
+            hint=f"Pass `iterations={MIN_SAMPLES[percentile]}` or more (each candidate then takes longer to measure).",
         )
     cfg = config_from_dict(config_with(load_config(config)), str(config))  # a tuned config is tuned afresh
     kind = cfg.export.output
@@ -82,8 +85,8 @@ def tune(
         kind = cfg.export.output_spec().resolved(create_model(cfg.model_copy(update={"checkpoint": None, "pretrained": False})).num_classes)
     if data is not None and kind != "logits":
         raise DeploytkError(
-            f"--data ranks the candidates by top-1, and {config} exports `export.output: {kind}`, which has no classes.",
-            hint="Omit --data: tune then picks the least aggressive schedule within the latency budget.",
+            f"`data=` ranks the candidates by top-1, and {config} exports `export.output: {kind}`, which has no classes.",
+            hint="Omit `data=`: tune then picks the least aggressive schedule within the latency budget.",
         )
     backend = get_backend(backend) if isinstance(backend, str) else backend
     folder = scan_image_folder(data, limit) if data is not None else None
@@ -129,16 +132,26 @@ def tune(
             new = json.loads(json.dumps(new))
             new["merge"]["options"]["tuned"] = tuned
             config_from_dict(new, "(tuned config)")  # must load back
-            header = f"# Tuned by `deploytk tune {config} --budget-ms {budget_ms:g}` ({backend.name}, batch {batch}, {percentile}).\n"
+            header = f"# Tuned by `deploytk tune {config}` to a budget of {budget_ms:g} ms ({backend.name}, batch {batch}, {percentile}).\n"
             output.write_yaml(header + yaml.safe_dump(portable(new, output.path), sort_keys=False))
             report["output"] = str(output.path)
         report["report"] = str(report_out.path)
-        report["command"] = shlex.join(  # what reproduces this run (every option spelled out, defaults included)
-            ["deploytk", "tune", str(config), "--budget-ms", f"{budget_ms:g}", "--batch", str(batch), "--backend", backend.name]
-            + ["--percentile", percentile, "--warmup", str(warmup), "--iterations", str(iterations)]
-            + (["--data", str(data), "--limit", str(limit)] if data is not None else [])
-            + (["--inflections", ",".join(f"{v:g}" for v in inflections)] if inflections else [])
-            + ["--output", str(output.path), "--cache", str(cache)]
+        arguments = {  # what reproduces this run (every argument spelled out, defaults included)
+            "budget_ms": budget_ms,
+            "batch": batch,
+            "backend": backend.name,
+            "percentile": percentile,
+            "warmup": warmup,
+            "iterations": iterations,
+            **({"data": str(data), "limit": limit} if data is not None else {}),
+            **({"inflections": list(inflections)} if inflections else {}),
+            "output": str(output.path),
+            "cache": str(cache),
+        }
+        report["command"] = (
+            command_line(config, arguments)
+            if command_line is not None
+            else f"deploytk.tune({str(config)!r}, " + ", ".join(f"{k}={v!r}" for k, v in arguments.items()) + ")"
         )
         report["plot"] = plot(report, plot_out)
         report_out.write_json(report)

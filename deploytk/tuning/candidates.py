@@ -131,7 +131,7 @@ def _keep_rate_candidates(cfg: DeployConfig, family: ModelFamily) -> list[Candid
 
 def _calibrated_candidates(cfg: DeployConfig, batches: list[np.ndarray], source: str, progress: Progress) -> list[Candidate]:
     """A calibrated method: its ``tuning_points`` (ATM with ``preset``: the paper's Table A2 points), each calibrated at the
-    median; otherwise the quantiles of one calibration run (``deploytk calibrate --quantile Q`` would write the same)."""
+    median; otherwise the quantiles of one calibration run (``deploytk calibrate`` with that ``quantile`` would write the same)."""
     method, options = cfg.merge.reduction, cfg.merge.parsed_options
     family = create_model(cfg)  # the weights, loaded once: every point and quantile runs on them
 
@@ -166,7 +166,7 @@ def candidates_for(
         tunable = ", ".join(n for n, m in METHODS.items() if m.tune_knob)
         raise DeploytkError(f"method {method.name} cannot be tuned: {method.untunable_reason}.", hint=f"Or tune one of: {tunable}.")
     if inflections and knob != "r":
-        raise DeploytkError(f"--inflections is for the r-scheduled methods (tome, mctf); {method.name} is tuned by its {knob}.")
+        raise DeploytkError(f"`inflections=` is for the r-scheduled methods (tome, mctf); {method.name} is tuned by its {knob}.")
     progress.step("planning the candidate schedules")
     family = create_model(cfg.model_copy(update={"checkpoint": None, "pretrained": False}))  # schedules do not depend on weights
     if knob == "r":

@@ -1,5 +1,5 @@
 """`tune`'s measurement of one candidate: its export (cached by config hash, built when the backend needs it), one
-`deploytk profile` run at the batch size (merged and dense alternating), and with ``--data`` its top-1."""
+`deploytk profile` run at the batch size (merged and dense alternating), and with ``data`` its top-1."""
 
 from __future__ import annotations
 

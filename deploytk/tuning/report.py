@@ -64,7 +64,7 @@ def build_report(config, cfg, search: Search, backend, batch, percentile, folder
 
 
 def plot(report: dict, out: FileOutput) -> str | None:
-    """Latency vs GFLOPs of every measured candidate (top-1 as colour with --data), the budget and the choice; None without matplotlib."""
+    """Latency vs GFLOPs of every measured candidate (top-1 as colour with ``data``), the budget and the choice; None without matplotlib."""
     try:
         import matplotlib  # optional (the bench extra): the JSON has every number
 

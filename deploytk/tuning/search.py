@@ -80,7 +80,7 @@ class Search:
         return self.outcome
 
     def measure_the_rest_within(self) -> None:
-        """Measure every candidate more aggressive than the boundary that the bisection skipped (``--data``: "the most
+        """Measure every candidate more aggressive than the boundary that the bisection skipped (``data``: "the most
         accurate within budget" then compares every candidate that meets it, not the few the search happened to visit)."""
         for i in range(self.boundary[1] + 1, len(self.candidates)):
             if not self.candidates[i].latencies:

@@ -102,7 +102,7 @@ class ValidationReport:
     branch_flips: list = field(default_factory=list)
     #: the metrics against the reference replayed with the backend's choices on flipped images
     same_branch: dict | None = None
-    #: top-1 agreement counting only the flips the tolerance does not explain (what --min-top1 judges)
+    #: top-1 agreement counting only the flips the tolerance does not explain (what ``min_top1_agreement`` judges)
     top1_agreement_counted: float | None = None
     #: flips whose logits are all within atol/rtol and whose two classes the tolerance lets noise swap
     top1_flips_within_tolerance: int = 0
@@ -182,7 +182,7 @@ def judge_top1_flips(
     """Mark each top-1 flip ``within_tolerance`` when every logit of the image is within atol/rtol and the
     reference's margin between the two classes is one the tolerance lets noise close (``near_tied_logits``):
     such a flip is reported but the element-wise check has already judged it, so it is not counted
-    against ``--min-top1``. ``elementwise=False`` (int8, where the element-wise error is not judged): the margin alone
+    against ``min_top1_agreement``. ``elementwise=False`` (int8, where the element-wise error is not judged): the margin alone
     decides. Adds ``top1_flips_within_tolerance`` and ``top1_agreement_counted``."""
     outside = set(failing_images(reference, candidate, tol)) if elementwise else set()
     for flip in metrics["top1_flips"]:
@@ -230,7 +230,7 @@ def validate(
 @contextlib.contextmanager
 def _polygraphy_quiet(artifact: Artifact):
     """Polygraphy's INFO lines never; its [E] lines only where the caller has not quieted it further (the CLI does, unless
-    --verbose); for int8 not at all (the element-wise check is not judged there, so its FAILED lines would mislead).
+    told to be verbose); for int8 not at all (the element-wise check is not judged there, so its FAILED lines would mislead).
     Its level is put back afterwards."""
     before = G_LOGGER.module_severity
     floor = G_LOGGER.CRITICAL if artifact.quantization else G_LOGGER.ERROR
@@ -267,7 +267,7 @@ def validate_each(
     feeds = [{INPUT_NAME: b} for b in batches]
     images = sum(len(b) for b in batches)
     progress.start(images, f"running {images} images through the PyTorch reference")
-    with contextlib.redirect_stdout(sys.stderr), _polygraphy_quiet(artifact):  # Polygraphy logs to stdout; keep it for --json
+    with contextlib.redirect_stdout(sys.stderr), _polygraphy_quiet(artifact):  # Polygraphy logs to stdout; keep it for the CLI's JSON
         reference_results = Comparator.run(
             [ModelRunner(reference_model, img, "pytorch-reference", on_batch=progress.advance)], data_loader=feeds
         )
@@ -395,12 +395,12 @@ def run_validations(
     """`deploytk validate`: tolerances from the artifact's precision (overridden where given), then ``validate_each``
     on ``num_images`` of ``images`` (timm's preprocessing for the model) or seeded synthetic images."""
     if num_images < 1 or batch_size < 1:
-        raise DeploytkError("--num-images and --batch-size must be >= 1.")
+        raise DeploytkError("`num_images=` and `batch_size=` must be >= 1.")
     if not backends:
         raise DeploytkError("no backend to validate on; name at least one.")
     flips = tolerances.get("max_branch_flips")
     if flips is not None and not 0 <= flips <= 1:
-        raise DeploytkError(f"--max-branch-flips {flips} must be a fraction in [0, 1].")
+        raise DeploytkError(f"`max_branch_flips={flips}` must be a fraction in [0, 1].")
     backends = [get_backend(b, validating=True) if isinstance(b, str) else b for b in backends]
     artifact = Artifact.open(directory, verify=False)  # validate_each() checks the hash
     tol = Tolerances.for_precision(artifact.numerics, **tolerances)

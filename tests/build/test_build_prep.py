@@ -18,11 +18,11 @@ def test_batch_profile_parsing():
         parse_batch("1,8")
     with pytest.raises(DeploytkError, match="not a list of integers"):
         parse_batch("1,eight,64")
-    with pytest.raises(DeploytkError, match="1 <= min <= opt <= max; got 8,1,64"):
+    with pytest.raises(DeploytkError, match="`batch=8,1,64`: min,opt,max must satisfy 1 <= min <= opt <= max"):
         build_options("8,1,64")
     with pytest.raises(DeploytkError, match="merge_impl"):
         build_options("1,8,64", merge_impl="fast")
-    with pytest.raises(DeploytkError, match="opt-level must be 0..5"):
+    with pytest.raises(DeploytkError, match=r"`opt_level=7`: must be 0..5"):
         build_options("1", opt_level=7)
 
 
@@ -111,9 +111,9 @@ def test_native_attention_needs_tensorrt_10_14(version, attention, refused):
     if not refused:
         check_tensorrt_supports(_tome_like_model(), options, version)
         return
-    with pytest.raises(DeploytkError, match=rf"--attention-impl native needs TensorRT >= 10.14 .*this is TensorRT {version}") as err:
+    with pytest.raises(DeploytkError, match=rf"`attention_impl=native` needs TensorRT >= 10.14 .*this is TensorRT {version}") as err:
         check_tensorrt_supports(_tome_like_model(), options, version)
-    assert "--attention-impl plugin" in err.value.hint
+    assert "`attention_impl=plugin`" in err.value.hint
 
 
 def test_a_graph_without_attention_builds_natively_on_any_tensorrt():
@@ -168,7 +168,7 @@ def test_batch_sizes_outside_the_engine_profile_are_refused_with_a_rebuild_comma
     from deploytk.backends.trt import check_batch_sizes
 
     m = _manifest(options=BuildOptions(batch=(2, 8, 32)).model_dump(mode="json"))
-    check_batch_sizes(m, [2, 8, 32], "profile --backend trt")  # inside: no error
+    check_batch_sizes(m, [2, 8, 32], "profile `backend=trt`")  # inside: no error
     with pytest.raises(DeploytkError, match=r"batch size\(s\) 1, 64 outside the engine's optimization profile 2\.\.32") as err:
-        check_batch_sizes(m, [1, 8, 64], "profile --backend trt")
-    assert "deploytk build DIR --batch 1,8,64" in err.value.hint
+        check_batch_sizes(m, [1, 8, 64], "profile `backend=trt`")
+    assert "`batch=1,8,64`" in err.value.hint

@@ -117,7 +117,7 @@ def test_a_cache_from_another_gpu_is_refused_and_left_as_it_is(tmp_path):
     built = Builder.built
     with pytest.raises(DeploytkError, match="made on another GPU or with another TensorRT version.*left as it is") as err:
         build_with_cache(cache)
-    assert "one --timing-cache file per GPU" in err.value.hint
+    assert "one `timing_cache=` file per GPU" in err.value.hint
     assert cache.read_bytes() == MAGIC + OTHER_GPU + b"precious" and Builder.built == built  # refused before building
 
 

@@ -234,7 +234,7 @@ def test_trained_model_tome_in_low_precision_validates_against_fp32(precision, r
 
         with pytest.raises(DeploytkError, match="bf16 graph, and ONNX Runtime's CPU provider has no bf16 kernels") as err:
             profile(art, "ort", [1], 0, 1)
-        assert "--backend trt or --backend ort-cuda" in err.value.hint
+        assert "`backend=trt` or `backend=ort-cuda`" in err.value.hint
 
 
 @pytest.mark.parametrize("config", ["digits_vit_mctf_r4", "digits_vit_atm_calibrated", "digits_vit_evit_k70", "digits_vit_crucial_k70"])

@@ -77,7 +77,7 @@ def test_gpu_capabilities_map_to_the_arches_deploytk_compiles_for():
     ]
     with pytest.raises(DeploytkError, match=r"compute capability 7\.0, sm_70\) is not one deploytk compiles") as err:
         aot.arch_of_capability("7.0")
-    assert "--merge-impl native --attention-impl native" in err.value.hint
+    assert "`merge_impl=native` and `attention_impl=native`" in err.value.hint
 
 
 def test_an_arch_the_installed_triton_cannot_compile_is_refused_with_the_remedy(monkeypatch, tmp_path):

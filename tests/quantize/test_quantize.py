@@ -168,15 +168,15 @@ def test_openvino_int8_validates_and_profiles_against_dense_int8(digits):
     result = profile(out, "openvino", [1], warmup=1, iterations=2)
     row = result["results"][0]
     assert row["latency_ms"]["p50"] > 0 and row["dense"]["latency_ms"]["p50"] > 0 and row["speedup_vs_dense"] > 0
-    with pytest.raises(DeploytkError, match=r"quantized for openvino .* --backend ort does not run that graph"):
+    with pytest.raises(DeploytkError, match=r"quantized for openvino .* `backend=ort` does not run that graph"):
         validate(out, "ort", None, Tolerances.for_precision("int8"))
     from deploytk.package import package_triton
 
     repo = digits / "repo"
-    with pytest.raises(DeploytkError, match=r"quantized for openvino .* package --triton \(Triton's onnxruntime backend\) does not run"):
+    with pytest.raises(DeploytkError, match=r"quantized for openvino .* package \(Triton's onnxruntime backend\) does not run"):
         package_triton(out, repo)
     assert not repo.exists()
-    with pytest.raises(DeploytkError, match=r"fails validation .* An int8 IR is judged on images like its calibration data: pass --images"):
+    with pytest.raises(DeploytkError, match=r"fails validation .* judged on images like its calibration data: pass `images=`"):
         package_triton(out, repo, name="digits_int8", runtime="openvino")  # synthetic noise is not what it was calibrated for
     assert not repo.exists()
     report = package_triton(out, repo, name="digits_int8", runtime="openvino", images=digits / "digits" / "val")
@@ -187,18 +187,18 @@ def test_openvino_int8_validates_and_profiles_against_dense_int8(digits):
 
 
 def test_the_ort_int8_artifact_is_refused_by_openvino_and_tensorrt_builds(ort_int8, tmp_path):
-    with pytest.raises(DeploytkError, match=r"quantized for ort .* --backend openvino does not run that graph"):
+    with pytest.raises(DeploytkError, match=r"quantized for ort .* `backend=openvino` does not run that graph"):
         validate(ort_int8, "openvino", None, Tolerances.for_precision("int8"))
     from deploytk.package import package_triton
 
-    with pytest.raises(DeploytkError, match=r"quantized for ort .* package --runtime openvino \(Triton's openvino backend\) does not run"):
+    with pytest.raises(DeploytkError, match=r"for ort .* package with `runtime=openvino` \(Triton's openvino backend\) does not run"):
         package_triton(ort_int8, tmp_path / "repo", runtime="openvino")
     assert not (tmp_path / "repo").exists()
     from deploytk.build.builder import build_engine
     from deploytk.build.options import build_options
 
     before = snapshot(ort_int8)
-    with pytest.raises(DeploytkError, match=r"quantized for ort .* deploytk build \(TensorRT\) does not run that graph.*--runtime"):
+    with pytest.raises(DeploytkError, match=r"for ort .* build \(TensorRT\) does not run that graph.*quantize the fp32 export"):
         build_engine(ort_int8, build_options("1,8,8"))
     assert snapshot(ort_int8) == before
 
@@ -206,13 +206,13 @@ def test_the_ort_int8_artifact_is_refused_by_openvino_and_tensorrt_builds(ort_in
 @pytest.mark.parametrize(
     "case, match",
     [
-        ("no data", r"needs calibration data: pass exactly one of --data IMAGES .* and --synthetic N"),
+        ("no data", r"needs calibration data: pass exactly one of `data=IMAGES` .* and `synthetic=N`"),
         ("both", r"needs calibration data: pass exactly one of"),
         ("text files", r"holds no images"),
         ("corrupt image", r"image .*broken\.png could not be read"),
         ("already quantized", r"is already quantized \(int8 for ort, from "),
         ("bf16", r"is a bf16 graph; INT8 calibration starts from the fp32 graph"),
-        ("runtime", r"--runtime 'tensorrt' is not one of openvino, ort, trt"),
+        ("runtime", r"`runtime='tensorrt'` is not one of openvino, ort, trt"),
     ],
 )
 def test_bad_input_is_refused_and_writes_nothing(digits, ort_int8, tmp_path, case, match):
@@ -291,6 +291,6 @@ def test_openvino_refuses_a_graph_with_loops_naming_the_op(exported, tmp_path):
     pytest.importorskip("nncf")
     source = exported.copy("digits_vit_kmedoids_k70", tmp_path / "kmedoids")
     before = snapshot(source)
-    with pytest.raises(DeploytkError, match=r"Loop ops \(KMedoidsSelect\).*--runtime ort"):
+    with pytest.raises(DeploytkError, match=r"Loop ops \(KMedoidsSelect\).*`runtime=ort`"):
         run_quantize(source, "openvino", synthetic=4, output=tmp_path / "out")
     assert not (tmp_path / "out").exists() and snapshot(source) == before
