@@ -83,13 +83,13 @@ def test_no_library_source_writes_a_deploytk_flag():
 
 def python_and_cli(tmp_path, art, case):
     """(the library call, the CLI arguments) of one bad input."""
-    from deploytk.calibrate import calibrate_config
-    from deploytk.evaluate.accuracy import evaluate
-    from deploytk.export.pipeline import run_export
+    from deploytk.calibration import calibrate_config
+    from deploytk.evaluation.accuracy import evaluate
+    from deploytk.exporter.pipeline import run_export
     from deploytk.package import package_triton
     from deploytk.profile.profiler import parse_batch_sizes
     from deploytk.quantize import run_quantize
-    from deploytk.tune import tune
+    from deploytk.tuning import tune
     from deploytk.validate.validator import run_validations
 
     out, imgs = tmp_path / "out", tmp_path / "imgs"

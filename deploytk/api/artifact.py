@@ -63,7 +63,7 @@ class Runner:
 
 class Artifact:
     """An export folder (model.onnx + manifest.json), opened and checked (``deploytk.load``, or what ``deploytk.exporter``
-    returns). ``to_dict()`` is what ``deploytk export --json`` prints."""
+    returns). ``to_dict()`` is what ``deploytk export`` prints as JSON."""
 
     def __init__(self, directory: str | Path):
         self._artifact = artifacts.Artifact.open(Path(directory))

@@ -274,7 +274,7 @@ def evaluate(
 ) -> EvaluationReport:
     """Top-1/top-5 on an ImageFolder of the dense model, the reduced reference and its export on ``backend``."""
     if batch_size < 1:
-        raise DeploytkError(f"`batch_size`={batch_size}: must be an int >= 1.")
+        raise DeploytkError(f"`batch_size={batch_size}`: must be an int >= 1.")
     scan_image_folder(Path(data), limit)  # bad data / limit fail before any model is built
     cfg, held = resolve(model, "deploytk.evaluate()", method=method, r=r, **options)
     try:

@@ -48,7 +48,7 @@ def r_value(r: Any) -> Any:
             return [int(v) for v in r.split(",") if v.strip()] if "," in r else int(r)
         except ValueError:
             raise DeploytkError(
-                f"`r`={r!r} is not an r spec; allowed: an int (16), one r per block ([8, 8, 4, ...] or '8,8,4,...') or "
+                f"`r={r!r}` is not an r spec; allowed: an int (16), one r per block ([8, 8, 4, ...] or '8,8,4,...') or "
                 "(r, inflection) ((16, -1.0) or '16:-1')."
             ) from None
     return r
@@ -59,7 +59,8 @@ def _in_keywords(message: str, where: str) -> str:
     message = message.replace(f"invalid config {where}:", f"invalid arguments to {where}:")
     for keyword, (section, field) in FIELDS.items():
         message = message.replace(f"`{section + '.' if section else ''}{field}`", f"`{keyword}`")
-    return re.sub(r"`merge\.options\.([A-Za-z_]+)`", r"`\1`", message)
+    message = re.sub(r"`merge\.options\.([A-Za-z_]+)`", r"`\1`", message)
+    return re.sub(r"`([a-z_][a-z0-9_]*)` = ([^:;]+?):", r"`\1=\2`:", message)  # `keep_rate` = 3.0: -> `keep_rate=3.0`:
 
 
 def resolve(model: ModelLike, where: str, store: bool = False, **keywords: Any) -> tuple[DeployConfig, HeldObject | None]:
@@ -82,7 +83,7 @@ def resolve(model: ModelLike, where: str, store: bool = False, **keywords: Any) 
         wanted = keywords.get("img_size")
         if wanted is not None and tuple(wanted if isinstance(wanted, (list, tuple)) else (wanted, wanted)) != held.img_size:
             raise DeploytkError(
-                f"`img_size`={wanted!r}, but the model object is built for {held.img_size[0]}x{held.img_size[1]}; deploytk "
+                f"`img_size={wanted!r}`, but the model object is built for {held.img_size[0]}x{held.img_size[1]}; deploytk "
                 "does not resample a model object's position embedding.",
                 hint="Leave `img_size` out (the model's own size), or build the model at the size you want.",
             )

@@ -1,6 +1,6 @@
-"""The Python API's results: typed objects over the data the CLI prints with ``--json``.
+"""The Python API's results: typed objects over the data the CLI prints as JSON.
 
-``to_dict()`` is exactly that JSON object (a test holds each command's ``--json`` to it); ``repr`` is one line of what
+``to_dict()`` is exactly that JSON object (a test holds each command's JSON output to it); ``repr`` is one line of what
 matters; a notebook shows the top-level values as a table (``_repr_html_``); ``passed`` where a verdict applies.
 """
 
@@ -23,7 +23,7 @@ class Report:
         self._data = data
 
     def to_dict(self) -> dict[str, Any]:
-        """What ``deploytk COMMAND --json`` prints for the same inputs (a copy: changing it changes nothing here)."""
+        """What ``deploytk COMMAND`` prints as JSON for the same inputs (a copy: changing it changes nothing here)."""
         return copy.deepcopy(self._data)
 
     def __getitem__(self, key: str) -> Any:
