@@ -13,7 +13,7 @@ from typing import Any, TypeAlias
 
 from torch import nn
 
-from deploytk.config import DeployConfig, absolute_hf_folder, config_from_dict, load_config
+from deploytk.config import DeployConfig, absolute_hf_folder, config_from_dict, load_config, parse_r_option
 from deploytk.errors import DeploytkError
 from deploytk.exporter.source import HeldObject, take
 from deploytk.reducers import METHODS
@@ -41,16 +41,7 @@ def r_value(r: Any) -> Any:
     if isinstance(r, tuple) and len(r) == 2:
         return {"r": r[0], "inflection": r[1]}
     if isinstance(r, str):
-        try:
-            if ":" in r:
-                value, inflection = r.split(":", 1)
-                return {"r": int(value), "inflection": float(inflection)}
-            return [int(v) for v in r.split(",") if v.strip()] if "," in r else int(r)
-        except ValueError:
-            raise DeploytkError(
-                f"`r={r!r}` is not an r spec; allowed: an int (16), one r per block ([8, 8, 4, ...] or '8,8,4,...') or "
-                "(r, inflection) ((16, -1.0) or '16:-1')."
-            ) from None
+        return parse_r_option(r)
     return r
 
 
