@@ -10,7 +10,7 @@ DEMO_DIR := artifacts/deit_small_tome_r16
 # The local Triton Inference Server's environment (serving/README.md): nvidia-pytriton's tritonserver, numpy < 2.
 SERVE_VENV := .venv-serve
 
-.PHONY: install serve-env demo lint test slow extras-smoke ci coverage test-all gpu-bench device-kit clean
+.PHONY: install serve-env demo lint test slow extras-smoke ci coverage test-all gpu-bench device-kit clean docs
 
 install: $(BIN)/.installed
 
@@ -34,6 +34,12 @@ demo: install
 	$(BIN)/deploytk export --format onnx-inlined
 	$(BIN)/deploytk validate $(DEMO_DIR)
 	$(BIN)/deploytk profile $(DEMO_DIR) --batch-sizes 1,8
+
+# The documentation site (docs/, mkdocs.yml) built into site/ with --strict: a broken link or a page missing from the
+# nav fails. NO_MKDOCS_2_WARNING: mkdocs-material's banner about MkDocs 2, which deploytk does not use (pinned < 2).
+docs: install
+	$(BIN)/pip install -q -e ".[docs]"
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # Lint: ruff (rules and formatting), the import-layer contract in pyproject.toml (import-linter) and mypy --strict on the
 # public API (deploytk/__init__.py, deploytk/api/; [tool.mypy] in pyproject.toml).
