@@ -1,5 +1,5 @@
 # Quickstart: `make demo` (install + export + validate + profile), then `make test`. The demo's export writes the inlined
-# copy too (--format onnx-inlined): the README's OpenVINO snippet reads it (tests/test_readme_snippets.py runs it).
+# copy too (--format onnx-inlined): the OpenVINO snippet of docs/guides/openvino.md reads it (tests/test_readme_snippets.py runs it).
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -63,7 +63,7 @@ define run_pytest
 	$(PYTEST) $(1); rc=$$?; if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests"; exit 1; fi; exit $$rc
 endef
 
-# The quick check (README): lint, then the default suite (CPU only; no slow, GPU or TensorRT tests). At most 12 minutes.
+# The quick check (README, Quickstart): lint, then the default suite (CPU only; no slow, GPU or TensorRT tests). At most 12 minutes.
 test: lint serve-env
 	$(call run_pytest,$(DEFAULT_TESTS))
 

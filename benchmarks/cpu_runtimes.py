@@ -13,7 +13,7 @@ precision, exported by deploytk, alternating runs in one process, ``--iterations
   batch 8 and >= 0.90 at batch 1; every other method >= 0.85 at batch 8).
 
 Writes benchmarks/results/cpu_runtimes_<cpu>.json (device, versions, runtime settings, every
-row) and a PNG of the efficiencies next to it, and prints the README's markdown table.
+row) and a PNG of the efficiencies next to it, and prints the markdown table of docs/results/index.md.
 
     python benchmarks/cpu_runtimes.py                          # everything: ~1 h on 2 cores
     python benchmarks/cpu_runtimes.py --models deit_small_patch16_224 --methods tome,evit

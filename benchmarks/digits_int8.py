@@ -9,7 +9,7 @@ benchmarks/results/digits_int8_accuracy.json and prints the table.
 
     python benchmarks/digits_int8.py                 # every fp32 digits config (~40 min on 2 cores)
     python benchmarks/digits_int8.py --configs 'export_configs/digits_vit_tome_r4.yaml' --output /tmp/x.json
-    python benchmarks/digits_int8.py --markdown benchmarks/results/digits_int8_accuracy.json   # the README table
+    python benchmarks/digits_int8.py --markdown benchmarks/results/digits_int8_accuracy.json   # the table in docs/results/int8.md
 """
 
 from __future__ import annotations

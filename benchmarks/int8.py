@@ -11,7 +11,7 @@ and over, after a warm-up; medians. Writes benchmarks/results/int8_<cpu>.json an
 
     python benchmarks/int8.py                                # DeiT-S ToMe / MCTF / EViT, DeiT-B ToMe (~1.5 h on 2 cores)
     python benchmarks/int8.py --smoke --output /tmp/x.json   # DeiT-Tiny, 2 blocks: does it run
-    python benchmarks/int8.py --markdown benchmarks/results/int8_amd_epyc.json   # the README table
+    python benchmarks/int8.py --markdown benchmarks/results/int8_amd_epyc.json   # the table in docs/results/int8.md
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def measure(config: Path, folder: Path, args) -> dict:
 
 
 def markdown(result: dict) -> str:
-    """The README's table: per config, runtime and batch, the four p50s and the ratios the issue asks for."""
+    """The table in docs/results/int8.md: per config, runtime and batch, the four p50s and the ratios the issue asks for."""
     lines = [
         "| config | runtime | batch | p50 ms: dense fp32 / dense int8 / reduced fp32 / reduced int8 | reduced int8 vs dense fp32 "
         "| vs dense int8 | vs reduced fp32 | int8 validate (mean cosine, top-1 agreement) |",

@@ -26,7 +26,7 @@ PAPER = {
 
 
 def markdown(report: dict) -> str:
-    """The README's table from a report (``tests/test_readme_facts.py`` holds them equal)."""
+    """The table in docs/guides/multiscale.md from a report (``tests/test_readme_facts.py`` holds them equal)."""
     lines = [
         "| DeiT | paper, Table 1: params, GFLOPs | plain DeiT + crucial | multi-scale, `shared` embedding | multi-scale, `own` embedding "
         "| `own`: low-scale embedding / up conv / LKA / PEG GFLOPs |",

@@ -9,7 +9,7 @@ Writes benchmarks/results/output_kinds_<cpu>.json and a PNG of the speedups besi
 
     python benchmarks/output_kinds.py                       # ~2 h on a 2-core CPU (four ViT-L/14-336 towers)
     python benchmarks/output_kinds.py --smoke --output /tmp/x.json   # DeiT-Tiny, 2 blocks: does it run
-    python benchmarks/output_kinds.py --markdown benchmarks/results/output_kinds_amd_epyc.json   # the README table
+    python benchmarks/output_kinds.py --markdown benchmarks/results/output_kinds_amd_epyc.json   # the table in docs/results/outputs.md
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def _ms(value: float) -> str:
 
 
 def markdown(result: dict) -> str:
-    """The README's table: one row per config and runtime, batch 1 and 8 (reduced and dense p50, speedup), FLOPs ratio."""
+    """The table in docs/results/outputs.md: one row per config and runtime, batch 1 and 8 (reduced and dense p50, speedup), FLOPs ratio."""
     lines = [
         "| config | output | runtime | validate (max abs diff) | batch 1: p50 ms (dense) | speedup | batch 8: p50 ms (dense) | speedup "
         "| FLOPs ratio |",

@@ -10,7 +10,7 @@ server executed (from its statistics). DeiT-S dense (r=0) is packaged the same w
 
     python benchmarks/triton_load.py                         # ~10 min on a 2-core CPU
     python benchmarks/triton_load.py --smoke --output /tmp/x.json   # digits only, few requests: does it run
-    python benchmarks/triton_load.py --markdown benchmarks/results/triton_load_amd_epyc.json   # the README table
+    python benchmarks/triton_load.py --markdown benchmarks/results/triton_load_amd_epyc.json   # the table in docs/results/serving.md
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def main(argv=None) -> None:
 
 
 def markdown(result: dict) -> str:
-    """The README's table: per model and concurrency, throughput, p50/p99 latency, average executed batch, errors."""
+    """The table in docs/results/serving.md: per model and concurrency, throughput, p50/p99 latency, average executed batch, errors."""
     lines = [
         "| model | concurrency | requests | errors | throughput (img/s) | p50 ms | p99 ms | average executed batch |",
         "|---|---|---|---|---|---|---|---|",

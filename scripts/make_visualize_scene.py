@@ -1,4 +1,4 @@
-"""Draw the synthetic scene of the README's `deploytk visualize` picture: flat colour regions (sky, ground, sun, house, tree).
+"""Draw the synthetic scene of the `deploytk visualize` picture in the docs: flat colour regions (sky, ground, sun, house, tree).
 
 Flat regions make what token merging does visible even with random weights: patches of one
 colour have nearly the same embedding, so ToMe merges within a region first.

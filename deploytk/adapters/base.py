@@ -67,7 +67,7 @@ class ModelFamily:
 
     #: the family's name (`deploytk families`, the manifest)
     name: ClassVar[str] = ""
-    #: one line for `deploytk families` and the README
+    #: one line for `deploytk families` and the docs
     summary: ClassVar[str] = ""
     #: a config's ``model:`` starting with this names a model of this family (``hf:``); None: timm's model names
     prefix: ClassVar[str | None] = None

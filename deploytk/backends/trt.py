@@ -5,7 +5,7 @@ after checking ``engine.json``: an engine built from another ONNX file, with ano
 for another GPU, or a batch outside its profile, is refused with the reason before any work.
 
 Written against TensorRT's Python API (10.9+ and 11.x) and NOT RUN here (TensorRT cannot be
-installed where deploytk is built; see the README's "verified on"). API used:
+installed where deploytk is built; see docs/results/verified-on.md). API used:
 ``trt.Runtime.deserialize_cuda_engine``, ``ICudaEngine.num_io_tensors`` /
 ``get_tensor_name`` / ``get_tensor_mode`` / ``get_tensor_dtype``,
 ``ICudaEngine.create_execution_context``, ``IExecutionContext.set_input_shape`` /

@@ -449,7 +449,7 @@ def families(report: list[dict], json_out: bool) -> None:
 
 
 def methods_markdown(report: list[dict]) -> str:
-    """The README's methods table (a test holds the README to it)."""
+    """The methods table of docs/guides/methods.md (a test holds the page to it)."""
     lines = [
         "| `merge.method` | what it does | kind | learned | schedule | custom ops | `merge.options` (default) |",
         "|---|---|---|---|---|---|---|",

@@ -49,7 +49,7 @@ class Tolerances:
 #: int8 (`deploytk quantize`): every projection is rounded to 8 bits, so the metric and the scores move, and the merge
 #: choices differ from the fp32 reference's on most images (that is what a quantized merge is, not an error). The
 #: decision is made on cosine similarity and top-1 agreement (measured on the digits ViT's held-out images and on random
-#: DeiT-S weights, see the README), the element-wise bounds only catch gross errors, and any number of images may choose
+#: DeiT-S weights, see docs/results/int8.md), the element-wise bounds only catch gross errors, and any number of images may choose
 #: differently (max_branch_flips 1.0), provided every choice is the op's own on the runtime's inputs and no matching op
 #: or input of one is quantized (two checks only int8 artifacts get).
 #: The element-wise error is reported, not judged; atol alone decides which top-1 flips are near-ties of logits: two
