@@ -1,6 +1,6 @@
 """deploytk: deploy token-reducing Vision Transformers to ONNX Runtime, OpenVINO, TensorRT and Triton.
 
-The Python API (``deploytk.exporter``, ``deploytk.load``, ``deploytk.patch``, ...) lives in ``deploytk.api`` and is
+The Python API (``deploytk.export``, ``deploytk.load``, ``deploytk.patch``, ...) lives in ``deploytk.api`` and is
 loaded on first use: ``import deploytk`` stays light (no torch), so the CLI's help answers at once.
 """
 

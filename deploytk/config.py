@@ -43,8 +43,10 @@ class _Strict(BaseModel):
 class RInflection(_Strict):
     """ToMe's (r, inflection) schedule: linear from int(r*(1-inflection)) to 2r minus that."""
 
-    r: StrictInt = Field(ge=0)
-    inflection: StrictFloat | StrictInt = 0.0
+    r: StrictInt = Field(ge=0, description="the mean tokens merged per block")
+    inflection: StrictFloat | StrictInt = Field(
+        0.0, description="the slope: 0 a constant r, -1 ToMe's decreasing schedule (from 2r down to 0), 1 increasing"
+    )
 
 
 RSpec = StrictInt | list[StrictInt] | RInflection
@@ -53,11 +55,20 @@ Side = Annotated[StrictInt, Field(ge=16)]
 
 
 class MergeConfig(_Strict):
-    method: str = "tome"
-    r: RSpec = 16
-    prop_attn: StrictBool = True
-    #: method-specific options, validated by the method (see `deploytk methods`)
-    options: dict[str, Any] = {}
+    """``merge:``: the token-reduction method and its schedule.
+
+    Each field's ``description`` is its documentation: the docs' config reference is generated from it."""
+
+    method: str = Field("tome", description="a registered method name (`deploytk methods`)")
+    r: RSpec = Field(
+        16,
+        description="tokens merged per block: an int (every block), one int per block, or {r: INT, inflection: FLOAT}; "
+        "not used by the keep-rate methods",
+    )
+    prop_attn: StrictBool = Field(True, description="proportional attention: log(token size) added to the attention logits")
+    options: dict[str, Any] = Field(
+        {}, description="method-specific options, validated by the method (unknown keys are errors; see `deploytk methods`)"
+    )
     #: (method name, options as JSON) -> (its Reduction class, its parsed options): looked up once, not per layer
     _resolved: tuple[tuple[str, str], type[Reduction], MethodOptions] | None = PrivateAttr(default=None)
 
@@ -82,21 +93,27 @@ class MergeConfig(_Strict):
 class ExportSettings(_Strict):
     """``export:``: batch size, input size, opset, precision."""
 
-    batch_size: StrictInt = Field(default=8, ge=1)
-    #: one int (square) or [H, W]; null: the model's own size
-    img_size: Side | tuple[Side, Side] | None = 224
-    #: the one opset deploytk exports and tests (`build` with `attention_impl=native` raises it to 23 itself, op by op)
-    opset: Literal[18] = 18
-    precision: Literal["fp32", "fp16", "bf16"] = "fp32"
-    #: what the graph outputs (deploytk.merging.outputs); null: the model's own (logits with a head, else its embedding)
-    output: Literal["logits", "embedding", "patch_features", "tokens"] | None = None
-    #: patch_features / tokens: the hidden state after this many blocks (transformers' hidden_states index; -2: the
-    #: penultimate layer LLaVA takes); null: the model's own final features
-    feature_layer: StrictInt | None = None
-    #: tokens: keep the class / distillation / register tokens in front of the reduced patch tokens
-    keep_prefix_tokens: StrictBool = False
-    #: tokens: a second output [B, P] with the token that holds each patch (-1: dropped)
-    token_map: StrictBool = False
+    batch_size: StrictInt = Field(default=8, ge=1, description="the example batch the export traces; the batch axis stays dynamic")
+    img_size: Side | tuple[Side, Side] | None = Field(
+        224, description="one int (square) or [H, W], multiples of the patch size; null: the model's own size"
+    )
+    opset: Literal[18] = Field(
+        18, description="the one opset deploytk exports and tests (`build` with `attention_impl=native` raises it to 23 itself, op by op)"
+    )
+    precision: Literal["fp32", "fp16", "bf16"] = Field("fp32", description="the graph's precision (it lives in the exported graph)")
+    output: Literal["logits", "embedding", "patch_features", "tokens"] | None = Field(
+        None,
+        description="what the graph outputs (deploytk.merging.outputs); null: the model's own (logits with a head, else its embedding)",
+    )
+    feature_layer: StrictInt | None = Field(
+        None,
+        description="patch_features / tokens: the hidden state after this many blocks (transformers' hidden_states index; -2: "
+        "the penultimate layer LLaVA takes); null: the model's own final features",
+    )
+    keep_prefix_tokens: StrictBool = Field(
+        False, description="tokens: keep the class / distillation / register tokens in front of the reduced patch tokens"
+    )
+    token_map: StrictBool = Field(False, description="tokens: a second output [B, P] with the token that holds each patch (-1: dropped)")
 
     def output_spec(self) -> OutputSpec:
         return OutputSpec(self.output, self.feature_layer, self.keep_prefix_tokens, self.token_map)
@@ -109,13 +126,22 @@ class ExportSettings(_Strict):
 
 
 class DeployConfig(_Strict):
-    model: str = "deit_small_patch16_224"
-    #: extra keyword arguments for timm.create_model (num_classes, patch_size, embed_dim, ...)
-    model_kwargs: dict[str, StrictInt | StrictFloat | StrictBool | StrictStr] = {}
-    checkpoint: str | None = None
-    pretrained: StrictBool = False
-    merge: MergeConfig = MergeConfig()
-    export: ExportSettings = ExportSettings()
+    """The whole export config (one YAML file)."""
+
+    model: str = Field(
+        "deit_small_patch16_224",
+        description="a timm VisionTransformer-family name, or hf:<folder or Hub id> (transformers; `deploytk families`)",
+    )
+    model_kwargs: dict[str, StrictInt | StrictFloat | StrictBool | StrictStr] = Field(
+        {}, description="extra keyword arguments for timm.create_model (num_classes, patch_size, embed_dim, ...)"
+    )
+    checkpoint: str | None = Field(
+        None,
+        description="a .safetensors / .pth state_dict or a JAX .npz, relative to the config file's folder; null: random weights (seeded)",
+    )
+    pretrained: StrictBool = Field(False, description="true: timm's own download of the weights (online only)")
+    merge: MergeConfig = Field(MergeConfig(), description="the token-reduction method and its schedule")
+    export: ExportSettings = Field(ExportSettings(), description="batch size, input size, opset, precision and output")
 
     def r_spec(self) -> int | list[int] | tuple[int, float]:
         """The r spec in the form ``merging.schedule.parse_r`` takes."""

@@ -62,7 +62,7 @@ class Runner:
 
 
 class Artifact:
-    """An export folder (model.onnx + manifest.json), opened and checked (``deploytk.load``, or what ``deploytk.exporter``
+    """An export folder (model.onnx + manifest.json), opened and checked (``deploytk.load``, or what ``deploytk.export``
     returns). ``to_dict()`` is what ``deploytk export`` prints as JSON."""
 
     def __init__(self, directory: str | Path):
