@@ -10,7 +10,7 @@ DEMO_DIR := artifacts/deit_small_tome_r16
 # The local Triton Inference Server's environment (serving/README.md): nvidia-pytriton's tritonserver, numpy < 2.
 SERVE_VENV := .venv-serve
 
-.PHONY: install serve-env demo lint test slow extras-smoke ci coverage test-all gpu-bench device-kit clean docs
+.PHONY: install serve-env demo lint test slow extras-smoke ci coverage test-all gpu-bench device-kit clean docs browser-env docs-browser
 
 install: $(BIN)/.installed
 
@@ -41,6 +41,18 @@ docs: install
 	$(BIN)/pip install -q -e ".[docs]"
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
+# A real headless browser for the site: Debian's chromium (apt-get, as root; playwright's own browser download needs the
+# internet) and playwright to drive it. The slow tier needs it (tests/test_docs.py's browser test).
+browser-env: install
+	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
+	$(BIN)/pip install -q "playwright>=1.40"
+
+# The site in that browser (scripts/docs_screenshot.py): home page, a guide and the API reference render with their
+# navigation, the search finds "ToMeMatch"; writes the home page's screenshot to docs/assets/home.png.
+docs-browser: browser-env
+	$(BIN)/pip install -q -e ".[docs]"
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python scripts/docs_screenshot.py
+
 # Lint: ruff (rules and formatting), the import-layer contract in pyproject.toml (import-linter) and mypy --strict on the
 # public API (deploytk/__init__.py, deploytk/api/; [tool.mypy] in pyproject.toml).
 lint: install
@@ -68,8 +80,8 @@ test: lint serve-env
 	$(call run_pytest,$(DEFAULT_TESTS))
 
 # The slow tier: every shipped config, official-code equality on every model size, large models, load in thousands.
-slow: install serve-env
-	$(call run_pytest,$(SLOW_TESTS))
+slow: install serve-env browser-env
+	DEPLOYTK_REQUIRE_BROWSER=1 $(call run_pytest,$(SLOW_TESTS))
 
 # Every extra on its own: core, [openvino], [int8], [hf] and [serve] each in a fresh venv of the torch pair and that
 # extra alone, with its smoke command (scripts/extras_smoke.sh). The suite's venv has [test], whose tritonclient pins
