@@ -68,11 +68,10 @@ def serve(site: Path) -> tuple[http.server.ThreadingHTTPServer, str]:
 
 
 def primary_nav(page) -> list[str]:
-    """The titles of the primary navigation's first level, as material lays it out."""
-    return [
-        " ".join(text.split())
-        for text in page.locator(".md-nav--primary > .md-nav__list > .md-nav__item > .md-nav__link .md-ellipsis").all_inner_texts()
-    ]
+    """The titles of the primary navigation's first level, as material lays it out (the page being read has two links,
+    its own and its table of contents' label: listed once)."""
+    texts = page.locator(".md-nav--primary > .md-nav__list > .md-nav__item > .md-nav__link .md-ellipsis").all_inner_texts()
+    return list(dict.fromkeys(" ".join(text.split()) for text in texts))
 
 
 def check_page(page, base: str, name: str, path: str, title: str) -> None:
