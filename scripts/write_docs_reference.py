@@ -167,7 +167,8 @@ def api_page() -> str:
     ]
     listed = set()
     for title, intro, module in groups:
-        members = sorted((obj for obj in objects if obj.__module__ == module), key=lambda obj: order[obj][1])
+        # Artifact before Runner, which is defined first because Artifact.runner() returns one
+        members = sorted((obj for obj in objects if obj.__module__ == module), key=lambda obj: (obj.__name__ != "Artifact", order[obj][1]))
         if not members:
             continue
         body += [f"## {title}", "", intro, ""]
@@ -261,7 +262,7 @@ def methods_page() -> str:
         "the same), then each method with its paper (the first paragraph of its module's docstring), how deploytk runs it "
         "and its options (`merge.options`, checked by the method's own schema: an unknown key is an error).",
         "",
-        methods_markdown(report).rstrip(),
+        methods_markdown(report, options_link=True).rstrip(),
         "",
         "Every method also takes `tuned`: " + escape(MethodOptions.model_fields["tuned"].description or "") + ".",
         "",

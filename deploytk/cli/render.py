@@ -448,14 +448,20 @@ def families(report: list[dict], json_out: bool) -> None:
     out_console.print(table)
 
 
-def methods_markdown(report: list[dict]) -> str:
-    """The methods table of docs/guides/methods.md (a test holds the page to it)."""
+def methods_markdown(report: list[dict], options_link: bool = False) -> str:
+    """The methods table of docs/guides/methods.md (a test holds the page to it).
+
+    ``options_link``: each method's options as one link to the section that tables them (the generated
+    docs/reference/methods.md, whose sections are named after the methods) instead of listed in the cell."""
     lines = [
-        "| `merge.method` | what it does | kind | learned | schedule | custom ops | `merge.options` (default) |",
+        "| `merge.method` | what it does | kind | learned | schedule | custom ops | `merge.options`"
+        + (" |" if options_link else " (default) |"),
         "|---|---|---|---|---|---|---|",
     ]
     for m in report:
         opts = "<br>".join(f"`{o['name']}` = `{o['default']!r}`: {o['description']}" for o in m["options"]) or "-"
+        if options_link and m["options"]:
+            opts = "[" + ", ".join(f"`{o['name']}`" for o in m["options"]) + f"](#{m['name']})"
         learned = learned_text(m)
         lines.append(f"| `{m['name']}` | {m['summary']} | {m['kind']} | {learned} | {m['schedule']} | {ops_text(m)} | {opts} |")
     return "\n".join(lines) + "\n"
