@@ -1,10 +1,26 @@
 """deploytk's Python API: one verb per job, the same verbs as the CLI (which is a thin layer over them)."""
 
 from deploytk.api.artifact import Artifact, Runner
-from deploytk.api.functions import calibrate, evaluate, export, families, inspect, load, methods, patch, tune, visualize
+from deploytk.api.functions import (
+    calibrate,
+    clean,
+    doctor,
+    evaluate,
+    export,
+    families,
+    inspect,
+    load,
+    methods,
+    patch,
+    selftest,
+    tune,
+    visualize,
+)
 from deploytk.api.reports import (
     BuildReport,
     CalibrationReport,
+    CleanReport,
+    DoctorReport,
     EvaluationReport,
     FamiliesReport,
     InspectReport,
@@ -12,6 +28,7 @@ from deploytk.api.reports import (
     PackageReport,
     ProfileReport,
     Report,
+    SelftestReport,
     TuneReport,
     ValidationReport,
     VisualizationReport,
@@ -21,6 +38,8 @@ __all__ = [
     "Artifact",
     "BuildReport",
     "CalibrationReport",
+    "CleanReport",
+    "DoctorReport",
     "EvaluationReport",
     "FamiliesReport",
     "InspectReport",
@@ -29,10 +48,13 @@ __all__ = [
     "ProfileReport",
     "Report",
     "Runner",
+    "SelftestReport",
     "TuneReport",
     "ValidationReport",
     "VisualizationReport",
     "calibrate",
+    "clean",
+    "doctor",
     "evaluate",
     "export",
     "families",
@@ -40,6 +62,7 @@ __all__ = [
     "load",
     "methods",
     "patch",
+    "selftest",
     "tune",
     "visualize",
 ]

@@ -19,22 +19,28 @@ from deploytk.api.artifact import Artifact
 from deploytk.api.inputs import ModelLike, resolve
 from deploytk.api.reports import (
     CalibrationReport,
+    CleanReport,
+    DoctorReport,
     EvaluationReport,
     FamiliesReport,
     InspectReport,
     MethodsReport,
+    SelftestReport,
     TuneReport,
     VisualizationReport,
 )
 from deploytk.backends import DEFAULT_BACKEND
 from deploytk.calibration import calibrate_config
 from deploytk.config import DeployConfig
+from deploytk.doctor import environment_report
 from deploytk.errors import DeploytkError
 from deploytk.evaluation.accuracy import evaluate as evaluate_accuracy
 from deploytk.evaluation.accuracy import scan_image_folder
 from deploytk.exporter.pipeline import run_export
+from deploytk.files import stale_entries
 from deploytk.merging.merged_vit import MergedViT
 from deploytk.models import build_reference
+from deploytk.ops.selftest import run_selftest
 from deploytk.progress import SILENT, Progress
 from deploytk.reducers import describe_methods
 from deploytk.tuning import tune as tune_config
@@ -48,6 +54,11 @@ def _default_output(model: ModelLike, cfg: DeployConfig) -> Path:
         return Path("artifacts") / Path(model).stem
     name = type(model).__name__ if isinstance(model, nn.Module) else str(cfg.model).rstrip("/").split("/")[-1]
     return Path("artifacts") / re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{name}-{cfg.merge.method}")
+
+
+def _name_of(model: ModelLike) -> str:
+    """How reports and errors name ``model``: the name or path given, else "the model" (an object or a config object)."""
+    return str(model) if isinstance(model, (str, Path)) else "the model"
 
 
 def export(
@@ -236,10 +247,14 @@ def visualize(
     colors: str = "mean",
     method: str | None = None,
     r: Any = None,
+    config_name: str | None = None,
     progress: Progress | None = None,
     **options: Any,
 ) -> VisualizationReport:
-    """``image`` with every patch coloured by the token it belongs to after each chosen block, written to ``output``."""
+    """``image`` with every patch coloured by the token it belongs to after each chosen block, written to ``output``.
+
+    ``config_name``: how the report and errors name the model (default: the name or path given, else "the model"; the CLI
+    passes its CONFIG path with the config object it built)."""
     cfg, held = resolve(model, "deploytk.visualize()", method=method, r=r, **options)
     try:
         report = draw(
@@ -250,7 +265,7 @@ def visualize(
             backend=backend,
             artifacts=Path(artifacts) if artifacts is not None else None,
             colors=colors,
-            config_name=str(model) if isinstance(model, (str, Path)) else "the model",
+            config_name=config_name or _name_of(model),
             progress=progress or SILENT,
         )
     finally:
@@ -269,10 +284,13 @@ def evaluate(
     limit: int | None = None,
     method: str | None = None,
     r: Any = None,
+    config_name: str | None = None,
     progress: Progress | None = None,
     **options: Any,
 ) -> EvaluationReport:
-    """Top-1/top-5 on an ImageFolder of the dense model, the reduced reference and its export on ``backend``."""
+    """Top-1/top-5 on an ImageFolder of the dense model, the reduced reference and its export on ``backend``.
+
+    ``config_name``: how the report and errors name the model (as for ``visualize``)."""
     if batch_size < 1:
         raise DeploytkError(f"`batch_size={batch_size}`: must be an int >= 1.")
     scan_image_folder(Path(data), limit)  # bad data / limit fail before any model is built
@@ -284,7 +302,7 @@ def evaluate(
             artifacts=Path(artifacts) if artifacts is not None else None,
             batch_size=batch_size,
             limit=limit,
-            config_name=str(model) if isinstance(model, (str, Path)) else "the model",
+            config_name=config_name or _name_of(model),
             backend=backend,
             progress=progress or SILENT,
         )
@@ -302,3 +320,21 @@ def methods() -> MethodsReport:
 def families() -> FamiliesReport:
     """Every model family: how a config names its models, the classes it runs."""
     return FamiliesReport({"families": describe_families()})
+
+
+def doctor() -> DoctorReport:
+    """What this environment can run: versions, ONNX Runtime's providers, the GPU, TensorRT, OpenVINO, the pip extras."""
+    return DoctorReport(environment_report())
+
+
+def clean(path: str | Path, dry_run: bool = False) -> CleanReport:
+    """Remove what killed deploytk runs left under ``path`` (``.NAME.tmp-*`` / ``.NAME.old-*`` temporaries, lock files
+    whose writer is gone); a live writer's entries are listed as in use and never touched. ``dry_run``: list only."""
+    entries = stale_entries(Path(path), remove=not dry_run)
+    return CleanReport({"path": str(path), "removed": not dry_run, "entries": entries})
+
+
+def selftest(seed: int = 0, progress: Progress | None = None) -> SelftestReport:
+    """Every Triton kernel against its PyTorch reference: natively on a CUDA GPU, or in Triton's interpreter when the
+    process was started with ``TRITON_INTERPRET=1`` (small shapes)."""
+    return SelftestReport(run_selftest(seed, progress or SILENT))

@@ -171,3 +171,35 @@ class FamiliesReport(Report):
 
     def __repr__(self) -> str:
         return f"FamiliesReport({', '.join(self.names())})"
+
+
+class DoctorReport(Report):
+    """``doctor``: versions, ONNX Runtime's providers, the GPU, TensorRT, OpenVINO and the pip extras installed."""
+
+    summary_keys = ("python", "gpu", "tensorrt", "openvino")
+
+
+class CleanReport(Report):
+    """``clean``: what killed runs left under ``path``; ``removed``: whether the stale entries were deleted (not a dry run)."""
+
+    summary_keys = ("path", "removed")
+
+    @property
+    def entries(self) -> list[dict[str, Any]]:
+        return copy.deepcopy(self._data["entries"])
+
+    def __repr__(self) -> str:
+        return f"CleanReport(path={self._data['path']!r}, removed={self._data['removed']}, entries={len(self._data['entries'])})"
+
+
+class SelftestReport(Report):
+    """``selftest``: every Triton kernel against its PyTorch reference; ``passed`` when every case passed."""
+
+    @property
+    def passed(self) -> bool:
+        return bool(self._data["passed"])
+
+    def __repr__(self) -> str:
+        failed = sum(not c["passed"] for c in self._data["cases"])
+        mode = self._data["environment"].get("mode")
+        return f"SelftestReport(passed={self.passed}, cases={len(self._data['cases'])}, failed={failed}, mode={mode!r})"
