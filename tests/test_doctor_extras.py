@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 from typer.testing import CliRunner
 
-from deploytk import doctor
+from deploytk import diagnostics as doctor  # deploytk.doctor is the API's verb
 from deploytk.cli import app, render
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -32,7 +32,7 @@ from deploytk.api.reports import (
 from deploytk.backends import DEFAULT_BACKEND
 from deploytk.calibration import calibrate_config
 from deploytk.config import DeployConfig
-from deploytk.doctor import environment_report
+from deploytk.diagnostics import environment_report
 from deploytk.errors import DeploytkError
 from deploytk.evaluation.accuracy import evaluate as evaluate_accuracy
 from deploytk.evaluation.accuracy import scan_image_folder

@@ -162,7 +162,7 @@ def test_doctor_reports_tensorrt_absent():
 
 
 def test_doctor_flags_a_tensorrt_without_aot_plugins(monkeypatch):
-    from deploytk import doctor
+    from deploytk import diagnostics as doctor
 
     monkeypatch.setattr(doctor, "tensorrt_version", lambda: "10.8.0.43")
     report = doctor.environment_report()

@@ -1,4 +1,5 @@
-"""`deploytk doctor`: what this environment can run."""
+"""`deploytk doctor` (``deploytk.doctor()``): what this environment can run. Not named doctor.py: importing a submodule
+sets it on its package, and ``deploytk.doctor`` would become this module instead of the API's verb."""
 
 from __future__ import annotations
 
