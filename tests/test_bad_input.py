@@ -1,5 +1,6 @@
 """Bad input: one clear paragraph naming the field/value, exit 2, no traceback, nothing written."""
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -143,7 +144,8 @@ def test_tensorrt_commands_fail_cleanly_without_tensorrt(tmp_path):
     from deploytk.exporter.artifacts import MANIFEST_FORMAT, write_manifest
 
     (tmp_path / "model.onnx").write_bytes(b"")
-    write_manifest(tmp_path, {"format": MANIFEST_FORMAT})  # an artifact that passes the manifest's own checks
+    # an artifact that passes the manifest's own checks and deploytk.load's (model.onnx's sha256), as `build` loads it first
+    write_manifest(tmp_path, {"format": MANIFEST_FORMAT, "onnx": {"sha256": hashlib.sha256(b"").hexdigest()}})
     result = runner.invoke(app, ["build", str(tmp_path)])
     assert result.exit_code == 2
     assert "needs TensorRT, which is not installed" in result.output

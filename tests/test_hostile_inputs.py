@@ -186,7 +186,7 @@ def test_validate_reads_a_16_bit_image_faithfully(work, artifact):
     Image.fromarray(np.random.default_rng(0).integers(0, 65536, (32, 32), dtype=np.uint16)).save(images / "a.png")
     result = runner.invoke(app, ["validate", str(artifact), "--images", str(images), "--json"])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout)["num_images"] == 1
+    assert json.loads(result.stdout)["reports"][0]["num_images"] == 1
 
 
 @pytest.mark.parametrize("text", ["", "# only a comment\n"], ids=["empty", "comments only"])

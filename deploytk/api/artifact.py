@@ -90,7 +90,9 @@ class Artifact:
         return self._artifact.output_names
 
     def to_dict(self) -> dict[str, Any]:
-        return {"output": str(self.directory), **self.manifest}
+        """``{"directory": DIR, **manifest}``: what ``deploytk export --json`` and ``quantize --json`` print. Not ``output``:
+        the manifest has an ``output`` of its own (what the graph outputs), which would hide the folder."""
+        return {"directory": str(self.directory), **self.manifest}
 
     def __repr__(self) -> str:
         m = self.manifest

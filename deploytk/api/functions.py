@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -191,8 +192,12 @@ def tune(
     warmup: int = 3,
     iterations: int = 10,
     progress: Progress | None = None,
+    command_line: Callable[[Path, dict[str, Any]], str] | None = None,
 ) -> TuneReport:
-    """The least aggressive schedule of ``config``'s method whose latency meets ``budget_ms`` here, written as a config."""
+    """The least aggressive schedule of ``config``'s method whose latency meets ``budget_ms`` here, written as a config.
+
+    ``command_line``: how the report's ``command`` (what reproduces the run) is spelt, ``command_line(config, arguments)``;
+    default: this Python call. The CLI passes its own, which writes the shell command."""
     report = tune_config(
         _config_path(config, "deploytk.tune()"),
         budget_ms,
@@ -207,6 +212,7 @@ def tune(
         warmup=warmup,
         iterations=iterations,
         progress=progress or SILENT,
+        command_line=command_line,
     )
     return TuneReport(report)
 

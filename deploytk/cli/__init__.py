@@ -1,11 +1,12 @@
 """deploytk: deploy token-reducing Vision Transformers to ONNX Runtime and TensorRT.
 
 Commands: export | quantize | validate | profile | tune | inspect | visualize | methods | calibrate | eval | build | package | selftest
-| plugins compile | doctor | clean. Each parses its options, calls one library function and prints the
-result (``render``). Every command exits 0 on success; a DeploytkError prints one paragraph to stderr and exits
-2 (validate and selftest exit 1 when their check fails). ``--json`` prints exactly one JSON
-object on stdout and nothing else there; progress goes to stderr. Third-party libraries' warnings are silenced at
-their sources (``quiet.py``) unless ``deploytk --verbose COMMAND``.
+| plugins compile | doctor | clean. Each parses its options, calls one ``deploytk.api`` function or ``Artifact`` method
+and prints the report it returns (``render``): ``--json`` prints the report's ``to_dict()``, what a Python caller gets
+(tests/test_cli_api_parity.py). Every command exits 0 on success; a DeploytkError prints one paragraph to stderr and
+exits 2 (validate and selftest exit 1 when their check fails, tune when no schedule meets the budget). ``--json`` prints
+exactly one JSON object on stdout and nothing else there; progress goes to stderr. Third-party libraries' warnings are
+silenced at their sources (``quiet.py``) unless ``deploytk --verbose COMMAND``.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from pathlib import Path
 import typer
 
 from deploytk.cli import defaults, quiet, render
-from deploytk.cli.render import RichProgress, emit_json, fail
+from deploytk.cli.render import RichProgress, fail
 from deploytk.errors import DeploytkError, param
 
-# Every library module is imported inside the command that calls it: most import torch, ONNX or OpenVINO, and
-# `deploytk --help`, `--version` and a command's `--help` need none of them (issue 42). Help texts and defaults come
+# Each command imports deploytk.api (or its own library module) inside its body: the API imports torch, ONNX and OpenVINO,
+# and `deploytk --help`, `--version`, `methods` and a command's `--help` need none of them (issue 42). Help texts and defaults come
 # from `defaults.py`, whose copies a test holds equal to the library's tables.
 
 # help texts are plain text: rich markup would eat every "[...]" in them (the per-precision defaults did vanish)
@@ -176,16 +177,15 @@ def export(
 
     DIR must be new, empty or an earlier export; a folder or file deploytk did not write is refused before any work.
     """
+    from deploytk.api import export as run_export
     from deploytk.config import load_config_with_overrides
-    from deploytk.exporter.pipeline import run_export
 
     overrides = {"checkpoint": str(checkpoint) if checkpoint else None, "model": model, "method": method, "r": r, "precision": precision}
     config = config or given_default_config()
     cfg = load_config_with_overrides(config, **overrides)
-    output = output or Path("artifacts") / config.stem
     with RichProgress() as progress:
-        manifest = run_export(cfg, output, progress, fmt, force=force)
-    render.export(cfg, output, manifest, json_out)
+        artifact = run_export(cfg, output or Path("artifacts") / config.stem, fmt=fmt, force=force, progress=progress)
+    render.export(artifact.to_dict(), json_out)
 
 
 @app.command()
@@ -210,13 +210,13 @@ def quantize(
     Only the ops with weights become int8; the merge / selection choices, their inputs, attention products, softmax and
     norms stay fp32. Written atomically; bad input is refused before anything is written.
     """
-    from deploytk.quantize import run_quantize
+    from deploytk.api import load
 
     with RichProgress(not json_out) as progress:
-        manifest = run_quantize(
-            directory, runtime, output=output, data=data, synthetic=synthetic, num_images=num_images, force=force, progress=progress
+        quantized = load(directory).quantize(
+            runtime, output=output, data=data, synthetic=synthetic, num_images=num_images, force=force, progress=progress
         )
-    render.quantization(directory, output, manifest, json_out)
+    render.quantization(directory, quantized.to_dict(), json_out)
 
 
 @app.command()
@@ -253,7 +253,7 @@ def validate(
     tolerance, and the reference replayed with the backend's choices matches it, the image
     counts as a near-tie branch flip (listed in the report) and is checked against the replay.
     """
-    from deploytk.validate.validator import run_validations
+    from deploytk.api import load
 
     tolerances = {
         "atol": atol,
@@ -262,13 +262,12 @@ def validate(
         "min_top1_agreement": min_top1_agreement,
         "max_branch_flips": max_branch_flips,
     }
-    backends = [name.strip() for name in backend.split(",") if name.strip()]
     with RichProgress() as progress:
-        reports, tol = run_validations(
-            directory, backends, images=images, num_images=num_images, batch_size=batch_size, progress=progress, **tolerances
+        report = load(directory).validate(
+            backend, images=images, num_images=num_images, batch_size=batch_size, progress=progress, **tolerances
         )
-    render.validations(directory, reports, tol, images is not None, json_out)
-    raise typer.Exit(0 if all(report.passed for report in reports) else 1)
+    render.validations(directory, report.to_dict(), images is not None, json_out)
+    raise typer.Exit(0 if report.passed else 1)
 
 
 @app.command()
@@ -282,12 +281,11 @@ def profile(
     json_out: bool = JSON,
 ):
     """Latency of the merged model and of the same weights without merging, measured in one run."""
-    from deploytk.profile.profiler import parse_batch_sizes
-    from deploytk.profile.profiler import profile as run_profile
+    from deploytk.api import load
 
     with RichProgress() as progress:
-        result = run_profile(directory, backend, parse_batch_sizes(batch_sizes), warmup, iterations, progress)
-    render.profile(result, json_out)
+        report = load(directory).profile(backend, batch_sizes=batch_sizes, warmup=warmup, iterations=iterations, progress=progress)
+    render.profile(report.to_dict(), json_out)
 
 
 @app.command()
@@ -300,13 +298,13 @@ def inspect(
     json_out: bool = JSON,
 ):
     """Token schedule and GFLOPs (fvcore convention) per layer and in total; no weights needed."""
-    from deploytk.analysis.inspect import inspect_config
+    from deploytk.api import inspect as run_inspect
     from deploytk.config import load_config_with_overrides
 
     cfg = load_config_with_overrides(config or given_default_config(), model=model, method=method, r=r)
     with RichProgress() as progress:
-        report = inspect_config(cfg, progress)
-    render.inspect(report, json_out)
+        report = run_inspect(cfg, progress=progress)
+    render.inspect(report.to_dict(), json_out)
 
 
 @app.command()
@@ -331,8 +329,8 @@ def visualize(
     json_out: bool = JSON,
 ):
     """Draw the image with every patch coloured by the token it belongs to after each chosen block (dimmed: dropped, hatched: fused)."""
+    from deploytk.api import visualize as run_visualize
     from deploytk.config import load_config_with_overrides
-    from deploytk.visualization import visualize as run_visualize
 
     cfg = load_config_with_overrides(config, checkpoint=str(checkpoint) if checkpoint else None)
     with RichProgress(not json_out) as progress:
@@ -347,7 +345,7 @@ def visualize(
             config_name=str(config),
             progress=progress,
         )
-    render.visualization(report, json_out)
+    render.visualization(report.to_dict(), json_out)
 
 
 @app.command()
@@ -357,18 +355,19 @@ def methods(
     markdown: bool = typer.Option(False, "--markdown", help="Print the methods as the README's Markdown table."),
 ):
     """List the token-reduction methods (`merge.method`) with their options (`merge.options`)."""
-    # the registry's description, written by scripts/write_cli_methods.py (a test holds it equal to describe_methods()):
-    # the registry itself imports torch and timm with every method
-    render.methods(json.loads((Path(__file__).parent / "methods.json").read_text()), json_out, markdown)
+    # not deploytk.api.methods(): the registry imports torch and timm with every method, and `deploytk methods` answers at
+    # once (issue 42). methods.json is what deploytk.api.methods() returned when scripts/write_cli_methods.py wrote it;
+    # tests/merging/test_registry.py and tests/test_cli_api_parity.py hold the two equal.
+    render.methods({"methods": json.loads((Path(__file__).parent / "methods.json").read_text())}, json_out, markdown)
 
 
 @app.command()
 @handle_errors
 def families(json_out: bool = JSON):
     """List the model families (`model:`) deploytk runs: timm ViTs and the Hugging Face transformers image towers."""
-    from deploytk.adapters import describe_families
+    from deploytk.api import families as run_families
 
-    render.families(describe_families(), json_out)
+    render.families(run_families().to_dict(), json_out)
 
 
 @app.command()
@@ -384,10 +383,10 @@ def calibrate(
     json_out: bool = JSON,
 ):
     """Run ATM dynamically on calibration data and write a config with a fixed per-layer schedule."""
-    from deploytk.calibration import calibrate_config
+    from deploytk.api import calibrate as run_calibrate
 
     with RichProgress() as progress:
-        report = calibrate_config(
+        report = run_calibrate(
             config,
             images=images,
             synthetic=synthetic,
@@ -397,7 +396,7 @@ def calibrate(
             output=output,
             progress=progress,
         )
-    render.calibration(config, report, json_out)
+    render.calibration(config, report.to_dict(), json_out)
 
 
 @app.command()
@@ -420,7 +419,7 @@ def tune(
     json_out: bool = JSON,
 ):
     """Find the least aggressive schedule whose latency meets --budget-ms on this backend and hardware; write it as a config."""
-    from deploytk.tuning import tune as run_tune
+    from deploytk.api import tune as run_tune
 
     try:
         inflection_list = [float(v) for v in inflections.split(",")] if inflections else None
@@ -443,8 +442,8 @@ def tune(
             progress=progress,
             command_line=render.command_line,
         )
-    render.tune(report, json_out)
-    raise typer.Exit(1 if report["outcome"] == "impossible" else 0)
+    render.tune(report.to_dict(), json_out)
+    raise typer.Exit(0 if report.passed else 1)
 
 
 @app.command()
@@ -462,20 +461,20 @@ def build(
     json_out: bool = JSON,
 ):
     """Build DIR/model.engine (+ baseline.engine, engine.json) with TensorRT and the deploytk plugins (needs TensorRT and a GPU)."""
-    from deploytk.build.builder import build_engine
-    from deploytk.build.options import build_options
+    from deploytk.api import load
 
-    options = build_options(
-        batch,
-        merge_impl=merge_impl,
-        attention_impl=attention_impl,
-        opt_level=opt_level,
-        timing_cache=str(timing_cache) if timing_cache else None,
-        baseline=baseline,
-    )
+    artifact = load(directory)
     with RichProgress(not json_out) as progress:
-        record = build_engine(directory, options, progress)
-    render.build(directory, record, json_out)
+        report = artifact.build(
+            batch=batch,
+            merge_impl=merge_impl,
+            attention_impl=attention_impl,
+            opt_level=opt_level,
+            timing_cache=timing_cache,
+            baseline=baseline,
+            progress=progress,
+        )
+    render.build(directory, report.to_dict(), json_out)
 
 
 @app.command()
@@ -511,13 +510,13 @@ def package(
     json_out: bool = JSON,
 ):
     """Write a Triton model repository entry: REPO/NAME/config.pbtxt, 1/model.onnx (model.plan, model.xml), README.md."""
-    from deploytk.package import package_triton
+    from deploytk.api import load
 
     with RichProgress(not json_out) as progress:
-        report = package_triton(
-            directory, triton, name=name, max_batch=max_batch, force=force, progress=progress, runtime=runtime, images=images
+        report = load(directory).package(
+            triton, name=name, max_batch=max_batch, force=force, progress=progress, runtime=runtime, images=images
         )
-    render.package(report, json_out)
+    render.package(report.to_dict(), json_out)
 
 
 @app.command("eval")
@@ -534,18 +533,15 @@ def eval_accuracy(
     json_out: bool = JSON,
 ):
     """Top-1/top-5 on an ImageFolder of the unmerged model, the merged reference and the exported model on a runtime, with GFLOPs."""
+    from deploytk.api import evaluate
     from deploytk.config import load_config_with_overrides
-    from deploytk.evaluation.accuracy import evaluate, scan_image_folder
 
-    if batch_size < 1:
-        raise DeploytkError(f"--batch-size {batch_size}: must be an int >= 1.")
-    scan_image_folder(data, limit)  # bad --data / --limit fail before the config is read
     cfg = load_config_with_overrides(config)
     with RichProgress() as progress:
         report = evaluate(
             cfg, data, artifacts=artifacts, batch_size=batch_size, limit=limit, config_name=str(config), backend=backend, progress=progress
         )
-    render.evaluation(config, report, json_out)
+    render.evaluation(config, report.to_dict(), json_out)
 
 
 @app.command()
@@ -557,12 +553,12 @@ def selftest(
     seed: int = typer.Option(0, help="Seed of the randomized shapes and inputs."),
 ):
     """Run every Triton kernel against the PyTorch reference (GPU natively; CPU via TRITON_INTERPRET=1)."""
-    from deploytk.ops.selftest import run_selftest
+    from deploytk.api import selftest as run_selftest
 
     with RichProgress(not json_out) as progress:
         report = run_selftest(seed, progress)
-    render.selftest(report, json_out)
-    raise typer.Exit(0 if report["passed"] else 1)
+    render.selftest(report.to_dict(), json_out)
+    raise typer.Exit(0 if report.passed else 1)
 
 
 @plugins_app.command("compile")
@@ -578,6 +574,7 @@ def plugins_compile(
     json_out: bool = typer.Option(False, "--json", help="Print kernels.json on stdout."),
 ):
     """Compile every plugin kernel ahead of time to PTX (no GPU needed)."""
+    # not deploytk.api: compiling the TensorRT plugins is deploytk_plugins' job (a package of its own, below deploytk)
     from deploytk_plugins.aot import compile_all
 
     with RichProgress(not json_out) as progress:
@@ -589,13 +586,9 @@ def plugins_compile(
 @handle_errors
 def doctor(json_out: bool = JSON):
     """Report versions, ONNX Runtime providers, GPU and TensorRT availability."""
-    from deploytk.doctor import environment_report
+    from deploytk.api import doctor as run_doctor
 
-    report = environment_report()
-    if json_out:
-        emit_json(report)
-    else:
-        render.doctor(report)
+    render.doctor(run_doctor().to_dict(), json_out)
 
 
 @app.command()
@@ -607,14 +600,9 @@ def clean(
 ):
     """Remove what killed deploytk runs left under PATH: .NAME.tmp-* / .NAME.old-* temporaries and lock files whose
     writer is gone (a live writer's are listed as in use and never touched). Nothing else is removed."""
-    from deploytk.files import stale_entries
+    from deploytk.api import clean as run_clean
 
-    entries = stale_entries(path, remove=not dry_run)
-    report = {"path": str(path), "removed": not dry_run, "entries": entries}
-    if json_out:
-        emit_json(report)
-    else:
-        render.clean(report)
+    render.clean(run_clean(path, dry_run=dry_run).to_dict(), json_out)
 
 
 def _terminated(signum, frame):

@@ -185,14 +185,17 @@ def _settings(r, options: dict) -> str:
     return f"r={r}" if r is not None else ", ".join(f"{k}={v}" for k, v in shown.items())
 
 
-def export(cfg, output: Path, manifest: dict, json_out: bool) -> None:
+def export(report: dict, json_out: bool) -> None:
+    """``report``: the artifact's ``to_dict()``, ``{"directory": DIR, **manifest}``."""
     if json_out:
-        return emit_json({"output": str(output), **manifest})
+        return emit_json(report)
+    manifest, output = report, report["directory"]
     s = manifest["schedule"]
-    settings = _settings(manifest["config"]["merge"].get("r"), manifest["method"]["options"])
+    merge = manifest["config"]["merge"]
+    settings = _settings(merge.get("r"), manifest["method"]["options"])
     out_console.print(
-        f"[green]exported[/] {cfg.model} ({cfg.merge.method}, {settings}) -> {output}/model.onnx "
-        f"in {manifest['onnx']['export_seconds']} s ({cfg.export.precision})\n"
+        f"[green]exported[/] {manifest['model']['name']} ({merge['method']}, {settings}) -> {output}/model.onnx "
+        f"in {manifest['onnx']['export_seconds']} s ({manifest['onnx']['precision']})\n"
         f"  tokens per layer: {s['tokens_per_layer']} -> {s['tokens_out']}\n"
         f"  GFLOPs: {manifest['gflops']:.2f} (unmerged {manifest['dense_gflops']:.2f})   custom ops: {manifest['custom_ops']}"
     )
@@ -214,61 +217,60 @@ def _output_line(output: dict) -> str:
     return f"output: {kind} ({output['names'][0]})"
 
 
-def validations(directory: Path, reports: list, tol, real_images: bool, json_out: bool) -> None:
-    """One backend: its report (JSON: the report). Several: each report, then one verdict line (JSON: ``passed``,
-    ``backends`` and ``reports`` in the order given)."""
-    if len(reports) == 1:
-        return validation(directory, reports[0], tol, real_images, json_out)
+def validations(directory: Path, report: dict, real_images: bool, json_out: bool) -> None:
+    """``report``: the ValidationReport's ``to_dict()`` (JSON: all of it, ``passed``, ``backends`` and one report per
+    backend in the order given). One backend: its table; several: each table, then one verdict line."""
     if json_out:
-        passed = all(r.passed for r in reports)
-        return emit_json({"passed": passed, "backends": [r.backend for r in reports], "reports": [r.to_dict() for r in reports]})
-    for report in reports:
-        validation(directory, report, tol, real_images, json_out)
-    failed = [r.backend for r in reports if not r.passed]
-    verdict = f"[bold red]FAIL[/] on {', '.join(failed)}" if failed else "[bold green]PASS[/] on every backend"
-    out_console.print(f"{verdict} ({', '.join(r.backend for r in reports)}; the reference ran once)")
+        return emit_json(report)
+    reports = report["reports"]
+    for each in reports:
+        validation(directory, each, real_images)
+    if len(reports) > 1:
+        failed = [r["backend"] for r in reports if not r["passed"]]
+        verdict = f"[bold red]FAIL[/] on {', '.join(failed)}" if failed else "[bold green]PASS[/] on every backend"
+        out_console.print(f"{verdict} ({', '.join(report['backends'])}; the reference ran once)")
 
 
-def validation(directory: Path, report, tol, real_images: bool, json_out: bool) -> None:
-    if json_out:
-        return emit_json(report.to_dict())
-    title = f"{directory}: {report.backend} ({report.precision}) vs fp32 PyTorch reference ({report.num_images} images)"
+def validation(directory: Path, report: dict, real_images: bool) -> None:
+    """One backend's report (a dict of ``deploytk.validate.validator.ValidationReport``'s fields) as a table."""
+    tol = report["tolerances"]
+    title = f"{directory}: {report['backend']} ({report['precision']}) vs fp32 PyTorch reference ({report['num_images']} images)"
     table = _table(title, ("metric", "value", "tolerance"))
-    what = {"logits": "logit", "patch_features": "patch feature", "tokens": "token feature"}.get(report.output_kind, "embedding")
-    bound = "reported, not judged (int8)" if report.choices is not None else f"<= {tol.atol:g} + {tol.rtol:g}*|ref|"
-    table.add_row(f"max |{what} diff|", f"{report.max_abs_diff:.3e}", bound)
-    table.add_row(f"max diff / max |{what}|", f"{report.max_rel_diff:.3e}", "")
-    int8 = report.choices is not None
-    table.add_row("min cosine similarity", f"{report.cosine_similarity_min:.7f}", "" if int8 else f">= {tol.min_cosine}")
-    table.add_row("mean cosine similarity", f"{report.cosine_similarity_mean:.7f}", f">= {tol.min_cosine}" if int8 else "")
-    if report.top1_agreement is None:
-        table.add_row("top-1 agreement", f"n/a ({report.output_kind} output, no classes)", "")
+    what = {"logits": "logit", "patch_features": "patch feature", "tokens": "token feature"}.get(report["output_kind"], "embedding")
+    int8 = report["choices"] is not None
+    bound = "reported, not judged (int8)" if int8 else f"<= {tol['atol']:g} + {tol['rtol']:g}*|ref|"
+    table.add_row(f"max |{what} diff|", f"{report['max_abs_diff']:.3e}", bound)
+    table.add_row(f"max diff / max |{what}|", f"{report['max_rel_diff']:.3e}", "")
+    table.add_row("min cosine similarity", f"{report['cosine_similarity_min']:.7f}", "" if int8 else f">= {tol['min_cosine']}")
+    table.add_row("mean cosine similarity", f"{report['cosine_similarity_mean']:.7f}", f">= {tol['min_cosine']}" if int8 else "")
+    if report["top1_agreement"] is None:
+        table.add_row("top-1 agreement", f"n/a ({report['output_kind']} output, no classes)", "")
     else:
-        table.add_row("top-1 agreement", f"{100 * report.top1_agreement:.2f}%", "")
-        counted = f"{100 * report.top1_agreement_counted:.2f}%"
-        table.add_row("  counting only flips outside tolerance", counted, f">= {100 * tol.min_top1_agreement:.2f}%")
+        table.add_row("top-1 agreement", f"{100 * report['top1_agreement']:.2f}%", "")
+        counted = f"{100 * report['top1_agreement_counted']:.2f}%"
+        table.add_row("  counting only flips outside tolerance", counted, f">= {100 * tol['min_top1_agreement']:.2f}%")
     out_console.print(table)
-    if report.emulation:
-        out_console.print(f"[yellow]note:[/] {report.emulation}.")
-    if report.choices is not None:
+    if report["emulation"]:
+        out_console.print(f"[yellow]note:[/] {report['emulation']}.")
+    if int8:
         _int8_choices(report)
-    if report.top1_flips:
+    if report["top1_flips"]:
         _top1_flips(report)
-    if report.branch_flips:
+    if report["branch_flips"]:
         _branch_flips(report)
-        if report.precision != "fp32" and not real_images:
+        if report["precision"] != "fp32" and not real_images:
             out_console.print(
                 "[yellow]note:[/] a low-precision graph flips near-ties far more often on the synthetic noise "
                 "images than on real ones; validate with --images DIR for a representative answer."
             )
-    failed = ", ".join(k for k, v in report.checks.items() if not v)
-    out_console.print("[bold green]PASS[/]" if report.passed else f"[bold red]FAIL[/]: {failed}")
+    failed = ", ".join(k for k, v in report["checks"].items() if not v)
+    out_console.print("[bold green]PASS[/]" if report["passed"] else f"[bold red]FAIL[/]: {failed}")
 
 
-def _int8_choices(report) -> None:
-    c = report.choices
+def _int8_choices(report: dict) -> None:
+    c = report["choices"]
     out_console.print(
-        f"int8: {c.get('images_with_other_choices', 0)} of {report.num_images} images merge or select differently from the fp32 "
+        f"int8: {c.get('images_with_other_choices', 0)} of {report['num_images']} images merge or select differently from the fp32 "
         "reference (their metric and scores come from int8 projections); "
         + (
             "every choice is the op's own on the runtime's inputs"
@@ -280,8 +282,8 @@ def _int8_choices(report) -> None:
     )
 
 
-def _top1_flips(report) -> None:
-    flips = report.top1_flips
+def _top1_flips(report: dict) -> None:
+    flips = report["top1_flips"]
     shown = ", ".join(
         f"#{f['image']} ({f['reference_top1']}->{f['backend_top1']}, margin {f['reference_margin']:.2e}"
         f"{', within tolerance' if f.get('within_tolerance') else ''})"
@@ -289,23 +291,23 @@ def _top1_flips(report) -> None:
     )
     more = " ..." if len(flips) > 5 else ""
     out_console.print(f"top-1 flips (image, reference->backend class, reference logit margin): {shown}{more}")
-    if report.top1_flips_within_tolerance:
+    if report["top1_flips_within_tolerance"]:
         why = (
             "the two classes' reference logits are within 2 x atol of each other"
-            if report.choices is not None  # int8: the element-wise error is not judged, the margin alone decides
+            if report["choices"] is not None  # int8: the element-wise error is not judged, the margin alone decides
             else "every logit is within atol/rtol and the two classes are closer in the reference than the tolerance lets either move"
         )
         out_console.print(
-            f"[yellow]note:[/] {report.top1_flips_within_tolerance} of {len(flips)} flip(s) are within tolerance: {why} "
+            f"[yellow]note:[/] {report['top1_flips_within_tolerance']} of {len(flips)} flip(s) are within tolerance: {why} "
             "(near-tied logits, typical of random weights). They are reported, not counted against --min-top1; "
             "validate a real checkpoint with --images DIR for a representative top-1 agreement."
         )
 
 
-def _branch_flips(report) -> None:
+def _branch_flips(report: dict) -> None:
     columns = ("image", "first flip", "moved", "input Δ", "op agrees", "replay Δ", "near-tie")
     flips = _table("images that took a different matching/selection choice than the reference", columns)
-    for f in report.branch_flips:
+    for f in report["branch_flips"]:
         where = f"{f['op']} #{f['call']}" if f["op"] else "none (same choices)"
         flips.add_row(
             str(f["image"]),
@@ -317,7 +319,7 @@ def _branch_flips(report) -> None:
             "[green]yes[/]" if f["explained"] else "[red]no[/]",
         )
     out_console.print(flips)
-    sb = report.same_branch
+    sb = report["same_branch"]
     out_console.print(
         f"against the reference replayed on the backend's choices: max |logit diff| {sb['max_abs_diff']:.3e}, "
         f"min cosine {sb['cosine_similarity_min']:.7f}"
@@ -412,15 +414,16 @@ def inspect(report: dict, json_out: bool) -> None:
         )
 
 
-def methods(report: list[dict], json_out: bool, markdown: bool) -> None:
+def methods(report: dict, json_out: bool, markdown: bool) -> None:
+    """``report``: ``{"methods": [...]}``, the MethodsReport's ``to_dict()``."""
     if json_out:
-        return emit_json({"methods": report})
+        return emit_json(report)
     if markdown:
-        return sys.stdout.write(methods_markdown(report))
+        return sys.stdout.write(methods_markdown(report["methods"]))
     table = _table(
         "token-reduction methods (merge.method / merge.options)", ("method", "what it does", "options (default)"), show_lines=True
     )
-    for m in report:
+    for m in report["methods"]:
         opts = "\n".join(f"{o['name']} = {o['default']!r}: {o['description']}" for o in m["options"]) or "-"
         r_note = "" if m["uses_r"] else " Uses keep_rate, not merge.r."
         learned = f" Learned: {learned_text(m)}." if m["learned"] or m["learned_when"] else ""
@@ -439,11 +442,12 @@ def ops_text(method: dict) -> str:
     return ", ".join(method["ops"]) or "none (standard ONNX ops only)"
 
 
-def families(report: list[dict], json_out: bool) -> None:
+def families(report: dict, json_out: bool) -> None:
+    """``report``: ``{"families": [...]}``, the FamiliesReport's ``to_dict()``."""
     if json_out:
-        return emit_json({"families": report})
+        return emit_json(report)
     table = _table("model families (`model:`)", ("family", "model:", "classes", "learned"), show_lines=True)
-    for f in report:
+    for f in report["families"]:
         table.add_row(f["name"], f["model"], "\n".join(f["classes"]), "yes" if f["learned_reducers"] else "no")
     out_console.print(table)
 
@@ -542,7 +546,9 @@ def plugins_compile(arch: str, output: Path, index: dict, json_out: bool) -> Non
     out_console.print(f"[bold green]{len(index['kernels'])} kernels[/] compiled for {arch}; index: {output / 'kernels.json'}")
 
 
-def doctor(report: dict) -> None:
+def doctor(report: dict, json_out: bool) -> None:
+    if json_out:
+        return emit_json(report)
     table = Table(title="deploytk doctor", show_header=False)
     table.add_column("what")
     table.add_column("value")
@@ -566,7 +572,9 @@ def doctor(report: dict) -> None:
     out_console.print(table)
 
 
-def clean(report: dict) -> None:
+def clean(report: dict, json_out: bool) -> None:
+    if json_out:
+        return emit_json(report)
     entries = report["entries"]
     if not entries:
         out_console.print(f"nothing stale under {escape(report['path'])}")
@@ -610,12 +618,11 @@ def package(report: dict, json_out: bool) -> None:
     )
 
 
-def quantization(directory: Path, output: Path | None, manifest: dict, json_out: bool) -> None:
+def quantization(directory: Path, report: dict, json_out: bool) -> None:
+    """``report``: the new artifact's ``to_dict()``, ``{"directory": DIR, **manifest}`` (as export's)."""
     if json_out:
-        return emit_json(manifest)
-    q = manifest["quantization"]
-    where = q["source"]["directory"]
-    target = output or Path(where).parent / f"{Path(where).name}-int8-{q['runtime']}"
+        return emit_json(report)
+    q, target = report["quantization"], report["directory"]
     calibration = q["calibration"]
     data = "synthetic noise" if calibration["source"] == "synthetic" else calibration["source"]
     ops = ", ".join(f"{k} {v}" for k, v in q["quantized_ops"].items())

@@ -73,7 +73,9 @@ def test_validate_passes_on_64_images(deit_s):
     out, _ = deit_s
     result = invoke("validate", out, "--json")
     assert result.exit_code == 0, result.output
-    report = json.loads(result.stdout)
+    printed = json.loads(result.stdout)
+    assert printed["passed"] and printed["backends"] == ["ort"]
+    (report,) = printed["reports"]  # one backend: one report, as with several
     assert report["passed"] and report["num_images"] == 64
     assert report["max_abs_diff"] <= 1e-4
     assert report["top1_agreement"] == 1.0

@@ -57,7 +57,8 @@ def export_and_validate(out: Path, manifest: dict):
     """The graph keeps the deploytk ops, and `validate` on 16 images passes as ``check_report`` asks."""
     # random weights tie often: of 16 images DeiT-T MCTF r=8 has 2 proven flips (12.5%) where the default cap is 10%
     result = runner.invoke(app, ["validate", str(out), "--num-images", "16", "--max-branch-flips", "0.25", "--json"])
-    check_report(out, manifest, json.loads(result.stdout), result.exit_code, result.output)
+    (report,) = json.loads(result.stdout)["reports"]  # --json: passed, backends, one report per backend
+    check_report(out, manifest, report, result.exit_code, result.output)
     return manifest
 
 
@@ -121,7 +122,7 @@ def test_every_config_passes_validate_with_default_settings(config, exported):
     images = ["--num-images", "16"] if config.stem.startswith(FEWER_IMAGES) else []
     result = runner.invoke(app, ["validate", str(out), "--backend", ",".join(backends), *images, "--json"])
     printed = json.loads(result.stdout)
-    reports = printed["reports"] if len(backends) > 1 else [printed]
+    reports = printed["reports"]
     assert result.exit_code == 0 and [r["backend"] for r in reports] == backends, result.output
     assert all(r["passed"] for r in reports), result.output
     check_report(out, manifest, reports[0], result.exit_code, result.output)

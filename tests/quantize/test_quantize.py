@@ -271,7 +271,8 @@ def test_cli_quantize_json_is_one_object_and_errors_exit_2(digits, tmp_path):
     out = tmp_path / "cli-int8"
     result = runner.invoke(app, ["quantize", str(digits / "tome"), "--runtime", "trt", "--synthetic", "8", "--output", str(out), "--json"])
     assert result.exit_code == 0, result.output
-    manifest = json.loads(result.stdout)  # nothing else on stdout
+    manifest = json.loads(result.stdout)  # nothing else on stdout: the new artifact, {"directory": DIR, **manifest} as export's
+    assert manifest == {"directory": str(out), **json.loads((out / "manifest.json").read_text())}
     assert manifest["quantization"]["runtime"] == "trt" and manifest["quantization"]["backend"] == "ort"
     assert manifest["quantization"]["calibration"] | {"sha256": None} == {
         "source": "synthetic",

@@ -48,7 +48,7 @@ def test_validate_compares_embeddings_without_top1(dinov2, backend):
         pytest.importorskip("openvino", reason="the openvino extra is not installed")
     art, _ = dinov2
     result = runner.invoke(app, ["validate", str(art), "--backend", backend, "--num-images", "8", "--batch-size", "4", "--json"])
-    report = json.loads(result.stdout)
+    (report,) = json.loads(result.stdout)["reports"]
     assert result.exit_code == 0 and report["passed"], result.output
     assert report["output_kind"] == "embedding" and report["top1_agreement"] is None
     assert not any(check.startswith("top1") for check in report["checks"])
