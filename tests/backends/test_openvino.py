@@ -44,7 +44,7 @@ def test_openvino_alone_cannot_read_the_function_bodied_file(digits_tome):
 
 def test_validate_on_openvino_passes_with_its_settings_reported(digits_tome):
     result = invoke("validate", digits_tome, "--backend", "openvino", "--num-images", "16", "--json")
-    report = json.loads(result.stdout)
+    (report,) = json.loads(result.stdout)["reports"]
     assert result.exit_code == 0 and report["passed"], result.output
     assert report["max_abs_diff"] < 1e-4 and report["top1_agreement"] == 1.0
     settings = report["runtime_settings"]
@@ -56,7 +56,8 @@ def test_validate_on_two_backends_judges_each_as_alone_with_one_reference_run(di
     from deploytk.backends.torch_backend import TorchModel
 
     alone = {
-        b: json.loads(invoke("validate", digits_tome, "--backend", b, "--num-images", "16", "--json").stdout) for b in ("ort", "openvino")
+        b: json.loads(invoke("validate", digits_tome, "--backend", b, "--num-images", "16", "--json").stdout)["reports"][0]
+        for b in ("ort", "openvino")
     }
     reference_runs = []
     original = TorchModel.run
@@ -142,7 +143,7 @@ def test_profile_on_openvino_compares_with_the_dense_model_on_openvino(digits_to
 def test_fp16_graph_runs_and_says_how(exported):
     out = exported("digits_vit_tome_r4_fp16")
     result = invoke("validate", out, "--backend", "openvino", "--num-images", "16", "--json")
-    report = json.loads(result.stdout)
+    (report,) = json.loads(result.stdout)["reports"]
     assert result.exit_code == 0 and report["passed"], result.output
     assert report["cosine_similarity_min"] > 0.9999
     import openvino
