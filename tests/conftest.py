@@ -70,3 +70,13 @@ def exported(tmp_path_factory) -> ExportCache:
     yield cache
     changed = cache.changed()
     assert not changed, f"tests wrote into the shared exports {changed}: a test that changes files takes exported.copy(...)"
+
+
+@pytest.fixture(scope="module")
+def digits_tree(tmp_path_factory):
+    """The bundled digits written as an ImageFolder tree (each module writes its own, ~1 s): `deploytk eval`'s data."""
+    from deploytk.evaluation.digits import write_digits_imagefolder
+
+    root = tmp_path_factory.mktemp("digits") / "digits"
+    counts = write_digits_imagefolder(root, img_size=32)
+    return root, counts

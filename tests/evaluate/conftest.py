@@ -1,19 +1,10 @@
-"""The digits ImageFolder tree and the digits configs, for the tests of `deploytk eval` and the digits data."""
+"""The digits configs for the tests of `deploytk eval` and the digits data (the digits tree, `digits_tree`, is in
+tests/conftest.py: tests/test_cli_api_parity.py evaluates on it too)."""
 
 import pytest
 
 from helpers import ROOT
 from helpers.configs import DIGITS_DENSE
-
-
-@pytest.fixture(scope="module")
-def digits_tree(tmp_path_factory):
-    """The bundled digits written as an ImageFolder tree (each module writes its own, ~1 s)."""
-    from deploytk.evaluation.digits import write_digits_imagefolder
-
-    root = tmp_path_factory.mktemp("digits") / "digits"
-    counts = write_digits_imagefolder(root, img_size=32)
-    return root, counts
 
 
 @pytest.fixture(scope="module")
