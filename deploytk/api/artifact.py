@@ -90,7 +90,7 @@ class Artifact:
         return self._artifact.output_names
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"directory": DIR, **manifest}``: what ``deploytk export --json`` and ``quantize --json`` print. Not ``output``:
+        """``{"directory": DIR, **manifest}``: the JSON output of the CLI's ``export`` and ``quantize``. Not ``output``:
         the manifest has an ``output`` of its own (what the graph outputs), which would hide the folder."""
         return {"directory": str(self.directory), **self.manifest}
 
