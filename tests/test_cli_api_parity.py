@@ -47,8 +47,9 @@ DROPPED = {
     "methods": (),
     "families": (),
     "calibrate": (),
-    # the message quotes the measured latencies; its start is compared in the test
-    "tune": ("dense_latency_ms", "measured.*.latency_ms", "measured.*.runs_ms", "measured.*.dense_latency_ms", "message"),
+    # the message quotes the measured latencies (its start is compared in the test); the command that reproduces the run
+    # is the shell command from the CLI and the Python call from the API (each checked in the test)
+    "tune": ("dense_latency_ms", "measured.*.latency_ms", "measured.*.runs_ms", "measured.*.dense_latency_ms", "message", "command"),
     "package": (),
     "eval": ("seconds",),
     "doctor": (),
@@ -188,6 +189,8 @@ def test_tune(tmp_path, in_root):
     returned = deploytk.tune(DIGITS_TOME_R4, 0.01, output=tmp_path / "api" / "c.yaml", **common)
     assert printed["outcome"] == "impossible" and not returned.passed
     assert printed["message"].startswith("no schedule meets 0.01 ms") and returned["message"].startswith("no schedule meets 0.01 ms")
+    assert printed["command"].startswith(f"deploytk tune {DIGITS_TOME_R4} --budget-ms 0.01 ")
+    assert returned["command"].startswith(f"deploytk.tune({str(DIGITS_TOME_R4)!r}, budget_ms=0.01, ")
     assert_same("tune", printed, returned.to_dict(), tmp_path)
 
 
