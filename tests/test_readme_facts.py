@@ -187,6 +187,9 @@ def test_the_readme_headline_figures_are_the_result_files():
     ov = [c["openvino"]["passed"] for c in configs if c["openvino"]["passed"] is not None]  # None: refused (bf16)
     assert headline("every ready-made config").startswith(f"{ort} of {len(configs)} on ONNX Runtime, {sum(ov)} of {len(ov)} on OpenVINO")
 
+    startup = {r["command"]: r for r in result("cli_startup_amd_epyc.json")["rows"]}
+    assert headline("`deploytk --help` on the CLI").startswith(f"{startup['deploytk --help']['median_s']:.3f} s ")
+
     digits = {r["config"]: r for r in result("digits_accuracy_vs_gflops.json")["results"]}
     pitome, dense = digits["export_configs/digits_vit_pitome_k90.yaml"], digits["export_configs/digits_vit_dense.yaml"]
     assert pitome["top1"]["ort"] == dense["top1"]["ort"]
