@@ -88,7 +88,8 @@ def measure(config: Path, folder: Path, args) -> dict:
         t0 = time.perf_counter()
         q, _ = deploytk("quantize", str(fp32), "--runtime", runtime, "--synthetic", str(args.calibration), "--output", str(out))
         seconds = time.perf_counter() - t0
-        report, _ = deploytk("validate", str(out), "--backend", backend, "--num-images", str(args.images))
+        result, _ = deploytk("validate", str(out), "--backend", backend, "--num-images", str(args.images))
+        report = result["reports"][0]  # validate --json: {passed, backends, reports}, one report per backend
         row[f"int8_{runtime}"] = {
             "quantize_seconds": round(seconds, 1),
             "quantized_ops": q["quantization"]["quantized_ops"],
