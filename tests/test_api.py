@@ -246,3 +246,12 @@ def test_every_docstring_example_runs(tmp_path):
     for where, code in examples:
         done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, f"the example in {where} failed:\n{code}\n{done.stderr[-3000:]}"
+
+
+def test_deploytk_lazily_names_exactly_the_api():
+    """deploytk/__init__.py lists the API's names by hand (importing deploytk.api there would load torch): the list must
+    stay deploytk.api's, and each name must resolve to the API's object."""
+    import deploytk.api
+
+    assert sorted(set(deploytk.__all__) - {"__version__"}) == sorted(deploytk.api.__all__)
+    assert all(getattr(deploytk, name) is getattr(deploytk.api, name) for name in deploytk.api.__all__)

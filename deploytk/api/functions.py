@@ -17,7 +17,7 @@ from torch import nn
 from deploytk.adapters import describe_families
 from deploytk.analysis.inspect import inspect_config
 from deploytk.api.artifact import Artifact
-from deploytk.api.inputs import ModelLike, resolve
+from deploytk.api.inputs import CONFIG_SUFFIXES, ModelLike, resolve
 from deploytk.api.reports import (
     CalibrationReport,
     CleanReport,
@@ -51,7 +51,7 @@ from deploytk.visualization import visualize as draw
 
 def _default_output(model: ModelLike, cfg: DeployConfig) -> Path:
     """artifacts/<config stem>, or artifacts/<model>-<method> for a name or an object (as `deploytk export` names it)."""
-    if isinstance(model, (str, Path)) and Path(model).suffix in (".yaml", ".yml"):
+    if isinstance(model, (str, Path)) and Path(model).suffix in CONFIG_SUFFIXES:
         return Path("artifacts") / Path(model).stem
     name = type(model).__name__ if isinstance(model, nn.Module) else str(cfg.model).rstrip("/").split("/")[-1]
     return Path("artifacts") / re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{name}-{cfg.merge.method}")
@@ -150,11 +150,9 @@ def patch(
     """
     if not isinstance(model, nn.Module):
         raise DeploytkError(f"`model` is a {type(model).__name__}; patch takes a torch.nn.Module (a timm or transformers ViT).")
-    cfg, held = resolve(
+    cfg, _ = resolve(
         model, "deploytk.patch()", method=method, r=r, prop_attn=prop_attn, output_kind=output_kind, feature_layer=feature_layer, **options
     )
-    if held is not None:
-        held.close()
     return build_reference(cfg)
 
 
@@ -162,14 +160,12 @@ def inspect(
     model: ModelLike, *, method: str | None = None, r: Any = None, progress: Progress | None = None, **options: Any
 ) -> InspectReport:
     """Token schedule and GFLOPs (fvcore convention) per layer and in total; weights do not matter."""
-    cfg, held = resolve(model, "deploytk.inspect()", method=method, r=r, **options)
-    if held is not None:
-        held.close()
+    cfg, _ = resolve(model, "deploytk.inspect()", method=method, r=r, **options)
     return InspectReport(inspect_config(cfg, progress or SILENT))
 
 
 def _config_path(config: Any, where: str) -> Path:
-    if isinstance(config, (str, Path)) and Path(config).suffix in (".yaml", ".yml"):
+    if isinstance(config, (str, Path)) and Path(config).suffix in CONFIG_SUFFIXES:
         return Path(config)
     raise DeploytkError(
         f"`config` is {config!r}; {where} takes the path of a YAML config, because it writes a new config beside it.",
@@ -261,22 +257,18 @@ def visualize(
 
     ``config_name``: how the report and errors name the model (default: the name or path given, else "the model"; the CLI
     passes its CONFIG path with the config object it built)."""
-    cfg, held = resolve(model, "deploytk.visualize()", method=method, r=r, **options)
-    try:
-        report = draw(
-            cfg,
-            Path(image),
-            output=Path(output),
-            layers=",".join(str(v) for v in layers) if isinstance(layers, list) else layers,
-            backend=backend,
-            artifacts=Path(artifacts) if artifacts is not None else None,
-            colors=colors,
-            config_name=config_name or _name_of(model),
-            progress=progress or SILENT,
-        )
-    finally:
-        if held is not None:
-            held.close()
+    cfg, _ = resolve(model, "deploytk.visualize()", method=method, r=r, **options)
+    report = draw(
+        cfg,
+        Path(image),
+        output=Path(output),
+        layers=",".join(str(v) for v in layers) if isinstance(layers, list) else layers,
+        backend=backend,
+        artifacts=Path(artifacts) if artifacts is not None else None,
+        colors=colors,
+        config_name=config_name or _name_of(model),
+        progress=progress or SILENT,
+    )
     return VisualizationReport(report)
 
 
@@ -300,21 +292,17 @@ def evaluate(
     if batch_size < 1:
         raise DeploytkError(f"`batch_size={batch_size}`: must be an int >= 1.")
     scan_image_folder(Path(data), limit)  # bad data / limit fail before any model is built
-    cfg, held = resolve(model, "deploytk.evaluate()", method=method, r=r, **options)
-    try:
-        report = evaluate_accuracy(
-            cfg,
-            Path(data),
-            artifacts=Path(artifacts) if artifacts is not None else None,
-            batch_size=batch_size,
-            limit=limit,
-            config_name=config_name or _name_of(model),
-            backend=backend,
-            progress=progress or SILENT,
-        )
-    finally:
-        if held is not None:
-            held.close()
+    cfg, _ = resolve(model, "deploytk.evaluate()", method=method, r=r, **options)
+    report = evaluate_accuracy(
+        cfg,
+        Path(data),
+        artifacts=Path(artifacts) if artifacts is not None else None,
+        batch_size=batch_size,
+        limit=limit,
+        config_name=config_name or _name_of(model),
+        backend=backend,
+        progress=progress or SILENT,
+    )
     return EvaluationReport(report)
 
 

@@ -58,7 +58,8 @@ def resolve(model: ModelLike, where: str, store: bool = False, **keywords: Any) 
     """(the config ``model`` and ``keywords`` make, the held object when ``model`` is one). ``where`` names the call in
     errors (``deploytk.export()``); a keyword left None keeps the config's value (the default for a name or object);
     ``options`` is a dict of method options, merged with the other unknown keywords; ``store``: an object's weights and
-    architecture are stored for another process (export)."""
+    architecture are stored for another process (export), in a temporary folder the caller closes (``HeldObject.close``);
+    without ``store`` nothing is written, so there is nothing to close."""
     options = dict(keywords.pop("options", None) or {})
     options.update({k: keywords.pop(k) for k in list(keywords) if k not in FIELDS})
     held = None

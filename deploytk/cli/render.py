@@ -38,6 +38,16 @@ def running_command():
     return None if context is None else context.command
 
 
+def _options(command) -> dict:
+    """A click command's options by their Python name (the library's keyword)."""
+    return {p.name: p for p in command.params if getattr(p, "param_type_name", None) == "option"}
+
+
+def _long_flags(option) -> list[str]:
+    """An option's long spellings (``--format``), or its short ones where it has no long one."""
+    return [o for o in option.opts if o.startswith("--")] or option.opts
+
+
 def in_flags(message: str, command=None) -> str:
     """The library names parameters (`num_images=0`, deploytk.errors.PARAMETER); the CLI user typed flags. Each marked
     parameter that ``command`` (default: the running one) declares as an option becomes its flag with the value
@@ -46,13 +56,13 @@ def in_flags(message: str, command=None) -> str:
     command = command if command is not None else running_command()
     if command is None:
         return message
-    options = {p.name: p for p in command.params if getattr(p, "param_type_name", None) == "option"}
+    options = _options(command)
 
     def flag(match) -> str:
         option, value = options.get(match.group(1)), match.group(2)
         if option is None:
             return match.group(0)
-        long_opts = [o for o in option.opts if o.startswith("--")] or option.opts
+        long_opts = _long_flags(option)
         if option.is_flag and value in ("True", "False"):
             if value == "True":
                 return long_opts[0]
@@ -69,11 +79,10 @@ def command_line(argument, arguments: dict) -> str:
     import shlex
 
     context = running_command_context()
-    options = {p.name: p for p in context.command.params if getattr(p, "param_type_name", None) == "option"}
+    options = _options(context.command)
     words = ["deploytk", *context.command_path.split()[1:], str(argument)]
     for name, value in arguments.items():
-        option = options[name]
-        flag = ([o for o in option.opts if o.startswith("--")] or option.opts)[0]
+        flag = _long_flags(options[name])[0]
         if value is None or value is False:
             continue
         if value is True:
