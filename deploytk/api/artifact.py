@@ -121,7 +121,7 @@ class Artifact:
         """Compare each backend's outputs with the fp32 PyTorch reference (run once); tolerances default by precision."""
         reports, _ = run_validations(
             self.directory,
-            _backends(backend),
+            list(_backends(backend)),  # a list of str | Backend, as run_validations takes
             images=Path(images) if images is not None else None,
             num_images=num_images,
             batch_size=batch_size,
