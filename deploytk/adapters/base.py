@@ -201,6 +201,10 @@ class ModelFamily:
         """The model as users call it, reduced to one output tensor: the dense baseline exported beside a merged graph."""
         raise NotImplementedError
 
+    def as_loaded(self) -> None:  # noqa: B027 (most families' loaders set nothing)
+        """Set on a model object handed over from Python what this family's ``load`` sets on the models it builds, so
+        both run alike (transformers: the eager attention, the one deploytk's plain-op attention reproduces)."""
+
     def save_source(self, folder: Path) -> dict | str:
         """Write into ``folder`` what rebuilds this model object in another process (the Python API's in-memory models),
         and return the recipe: ``model`` (a config's ``model:``, ``{folder}`` standing for the folder), ``model_kwargs``

@@ -115,6 +115,10 @@ class HFFamily(ModelFamily):
         module = type(model).__module__
         return any(module.startswith(f"transformers.models.{m}.") for m in cls.modules) and type(model).__name__ in cls.classes
 
+    def as_loaded(self):
+        """``load_hf`` builds with ``attn_implementation="eager"``; an object the caller built may use SDPA."""
+        self.model.set_attn_implementation("eager")
+
     def save_source(self, folder):
         """``save_pretrained`` (config.json + model.safetensors): transformers rebuilds the class its config names."""
         self.model.save_pretrained(str(folder), safe_serialization=True)

@@ -69,11 +69,7 @@ def _working_copy(model: nn.Module) -> nn.Module:
             "the caller's model, so it works on a copy.",
             hint="Save the model (timm: its name and a state dict; transformers: save_pretrained) and pass the name or folder.",
         ) from None
-    dup = dup.to("cpu", torch.float32).eval()
-    set_attn = getattr(dup, "set_attn_implementation", None)  # transformers: the eager attention deploytk reproduces
-    if callable(set_attn):
-        set_attn("eager")
-    return dup
+    return dup.to("cpu", torch.float32).eval()
 
 
 def take(model: nn.Module, store: bool = True) -> HeldObject:
@@ -86,6 +82,7 @@ def take(model: nn.Module, store: bool = True) -> HeldObject:
         )
     dup = _working_copy(model)
     family = adapt(dup)  # refuses a model no family runs, naming the families
+    family.as_loaded()  # what the family's own loader sets (transformers: the eager attention)
     cls = type(model)
     held = HeldObject(
         name=hold(dup),
