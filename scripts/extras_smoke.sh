@@ -12,7 +12,7 @@
 # installed five times (5.5 GB and about a minute each). pip replaces a file by unlinking it, so the base stays as it
 # was; the script checks that nothing in it changed. The extras install with --no-compile (a third of pip's time is
 # byte-compiling packages the smoke mostly never imports; Python compiles what it imports). The venvs live in a new
-# folder under EXTRAS_SMOKE_DIR (default: TMPDIR or /tmp; about 7 GB free), removed at the end.
+# folder under EXTRAS_SMOKE_DIR (default: TMPDIR or /tmp; about 7 GB free, checked first), removed at the end.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -64,6 +64,12 @@ for extra in "${EXTRAS[@]}"; do # before the base venv's minute: a name without 
 	*) fail "$extra" "no smoke command for this extra (core, openvino, int8, hf, serve)" /dev/null ;;
 	esac
 done
+
+# The base venv is 5.5 GB and each extra's packages add a few hundred MB: refuse up front, naming the folder, rather
+# than fail inside pip with "No space left on device" (what CI printed at stop 49).
+NEED_GB=${EXTRAS_SMOKE_NEED_GB:-7}
+free_gb=$(($(df -Pk "$WORK" | awk 'NR == 2 {print $4}') / 1024 / 1024))
+[ "$free_gb" -ge "$NEED_GB" ] || fail disk "$free_gb GB free in $(dirname "$WORK"), about $NEED_GB GB needed: free some (old pytest-of-* folders?) or set EXTRAS_SMOKE_DIR to a roomier folder" /dev/null
 
 start=$(date +%s)
 BASE="$WORK/base"
