@@ -2,6 +2,8 @@
 
 Its rules: the CUDA provider runs fp32 graphs without TF32; the CPU provider has no bf16
 kernels, so a bf16 graph is emulated for outputs (``bf16_emulation``) and refused for latency.
+On the CPU, an export with ONNX Runtime's fused copy (``fmt='onnx-ort'``: model.ort.onnx) runs that
+copy, for outputs and for latency, against the dense baseline fused the same way.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from deploytk.backends.base import Backend, LoadedModel, host_timer, seeded_batc
 from deploytk.backends.bf16_emulation import EMULATION_NOTE, emulate_bf16
 from deploytk.errors import DeploytkError
 from deploytk.exporter.artifacts import Artifact
-from deploytk.exporter.baseline import baseline_onnx
+from deploytk.exporter.baseline import baseline_onnx, fused_baseline_onnx
 from deploytk.exporter.onnx_export import INPUT_NAME
 from deploytk.exporter.onnx_io import runnable
 from deploytk.exporter.probes import choice_inputs_quantized
@@ -57,9 +59,10 @@ def ort_session(path: Path | bytes, backend: str = "ort", spinning: bool = True)
 
 
 class OrtModel(LoadedModel):
-    def __init__(self, session, img_size, emulation: str | None = None, graph: onnx.ModelProto | None = None):
+    def __init__(self, session, img_size, emulation: str | None = None, graph: onnx.ModelProto | None = None, file: str | None = None):
         self.session = session
         self.graph = graph
+        self.file = file  # the graph's file name, for the report
         self.img_size = tuple(img_size)
         self.emulation = emulation
         self.output_names = [o.name for o in session.get_outputs()]
@@ -80,6 +83,7 @@ class OrtModel(LoadedModel):
             "providers": self.session.get_providers(),
             "intra_op_num_threads": options.intra_op_num_threads or "default (one per physical core)",
             "graph_optimization_level": str(options.graph_optimization_level).rsplit(".", 1)[-1],
+            **({"graph": self.file} if self.file else {}),
         }
 
 
@@ -93,10 +97,15 @@ class OrtBackend(Backend):
 
     def graph(self, artifact: Artifact) -> tuple[onnx.ModelProto, str | None]:
         artifact.require_runtime(f"`backend={self.name}`", ("ort", "trt"))  # a trt Q/DQ graph runs here as the check of its numbers
-        proto = onnx.load(str(artifact.onnx_path))
+        proto = onnx.load(str(self.graph_path(artifact)))
         if self.device() == "cpu" and artifact.precision == "bf16":  # the CPU provider has no bf16 kernels
             return emulate_bf16(proto), EMULATION_NOTE
         return proto, None
+
+    def graph_path(self, artifact: Artifact) -> Path:
+        """What this backend runs: on the CPU, ONNX Runtime's fused copy when the export wrote one; else model.onnx."""
+        fused = artifact.ort_path if self.device() == "cpu" else None
+        return fused or artifact.onnx_path
 
     def load(self, artifact, batch_sizes, graph=None, progress: Progress = SILENT) -> OrtModel:
         emulation = None
@@ -104,7 +113,7 @@ class OrtBackend(Backend):
             graph, emulation = self.graph(artifact)
         with runnable(graph) as source:  # bytes, or a temporary file with external data past protobuf's limit
             session = ort_session(source, self.name)
-        return OrtModel(session, artifact.img_size, emulation, graph)
+        return OrtModel(session, artifact.img_size, emulation, graph, self.graph_path(artifact).name)
 
     def load_for_timing(self, artifact, batch_sizes, progress: Progress = SILENT) -> tuple[OrtModel, OrtModel]:
         artifact.require_runtime(f"`backend={self.name}`", ("ort", "trt"))
@@ -115,6 +124,8 @@ class OrtBackend(Backend):
                 hint="Profile it with `backend=trt` or `backend=ort-cuda` on a GPU, or export with `precision=fp16`/fp32 for CPU.",
             )
         progress.step("exporting the unmerged baseline (cached after the first run)")
-        dense_path = baseline_onnx(artifact)
-        sessions = [ort_session(path, self.name, spinning=False) for path in (artifact.onnx_path, dense_path)]
-        return OrtModel(sessions[0], artifact.img_size), OrtModel(sessions[1], artifact.img_size)
+        merged_path = self.graph_path(artifact)
+        dense_path = fused_baseline_onnx(artifact) if merged_path != artifact.onnx_path else baseline_onnx(artifact)
+        sessions = [ort_session(path, self.name, spinning=False) for path in (merged_path, dense_path)]
+        merged, dense = (OrtModel(s, artifact.img_size, file=p.name) for s, p in zip(sessions, (merged_path, dense_path), strict=True))
+        return merged, dense

@@ -166,7 +166,8 @@ def export(
         "onnx",
         "--format",
         help="onnx: model.onnx (deploytk ops with function bodies: ONNX Runtime, TensorRT) | onnx-inlined: also "
-        "model.inlined.onnx, standard ops only (OpenVINO and other runtimes without model-local functions).",
+        "model.inlined.onnx, standard ops only (OpenVINO and other runtimes without model-local functions) | onnx-ort: also "
+        "model.ort.onnx, fused for ONNX Runtime's CPU kernels (run by --backend ort).",
     ),
     force: bool = typer.Option(
         False, "--force", help="DIR is an earlier export that also holds other files: replace the export's own files, keep the others."

@@ -210,6 +210,9 @@ def export(report: dict, json_out: bool) -> None:
     )
     if manifest.get("onnx_inlined"):
         out_console.print(f"  inlined copy (standard ops only, for OpenVINO): {output}/{manifest['onnx_inlined']['file']}")
+    if manifest.get("onnx_ort"):
+        fused = ", ".join(f"{op} {n}" for op, n in manifest["onnx_ort"]["fusions"].items())
+        out_console.print(f"  ONNX Runtime's fused copy ({fused}): {output}/{manifest['onnx_ort']['file']}")
     if s["capped"]:
         out_console.print(f"  [yellow]note:[/] r was capped per layer (ToMe's rule): effective r = {s['effective_r']}")
 

@@ -20,6 +20,8 @@ from deploytk.models import is_held
 MODEL_FILE = "model.onnx"
 #: `export` with `fmt='onnx-inlined'`: the same graph with the deploytk functions inlined (standard ops only)
 INLINED_MODEL_FILE = "model.inlined.onnx"
+#: `export` with `fmt='onnx-ort'`: the graph fused for ONNX Runtime's CPU kernels (deploytk.exporter.ort_fusion)
+ORT_MODEL_FILE = "model.ort.onnx"
 MANIFEST_FILE = "manifest.json"
 MANIFEST_FORMAT = "deploytk-artifact/1"
 #: what `deploytk build` adds: the engine, the unmerged model built the same way (profile's baseline), and engine.json
@@ -45,7 +47,7 @@ def _artifact_files(directory: Path) -> set[str] | None:
         return None
     baseline = directory / BASELINE_DIR
     cached = {f"{BASELINE_DIR}/{p.name}" for p in baseline.glob("dense-*")} if baseline.is_dir() else set()
-    models = {MODEL_FILE, INLINED_MODEL_FILE}
+    models = {MODEL_FILE, INLINED_MODEL_FILE, ORT_MODEL_FILE}
     ir = {IR_FILE, IR_WEIGHTS_FILE}
     data = {data_file_name(m) for m in models}
     source = (manifest.get("model") or {}).get("source") or {}
@@ -213,7 +215,16 @@ class Artifact:
     @cached_property
     def inlined_path(self) -> Path | None:
         """model.inlined.onnx when the export wrote one (``fmt='onnx-inlined'``), checked against its sha256."""
-        record = self.manifest.get("onnx_inlined")
+        return self._extra_graph("onnx_inlined", "onnx-inlined")
+
+    @cached_property
+    def ort_path(self) -> Path | None:
+        """model.ort.onnx, ONNX Runtime's fused copy, when the export wrote one (``fmt='onnx-ort'``), checked against its sha256."""
+        return self._extra_graph("onnx_ort", "onnx-ort")
+
+    def _extra_graph(self, key: str, fmt: str) -> Path | None:
+        """The file of the manifest's ``key`` record (and its external data), refused if changed since the export."""
+        record = self.manifest.get(key)
         if not record:
             return None
         path = self.directory / record["file"]
@@ -224,7 +235,7 @@ class Artifact:
         ):
             raise DeploytkError(
                 f"{path} is missing or does not match its manifest: the file was changed after export.",
-                hint="Export again with `fmt='onnx-inlined'` to regenerate the artifact.",
+                hint=f"Export again with `fmt='{fmt}'` to regenerate the artifact.",
             )
         return path
 

@@ -13,10 +13,14 @@ import os
 import shutil
 from pathlib import Path
 
+import onnx
+
 from deploytk.errors import DeploytkError
 from deploytk.exporter.artifacts import BASELINE_DIR, Artifact
 from deploytk.exporter.manifest import sha256_file
 from deploytk.exporter.onnx_export import export_model
+from deploytk.exporter.onnx_io import save_onnx
+from deploytk.exporter.ort_fusion import fuse_for_ort
 from deploytk.files import cached_file
 from deploytk.merging.merged_vit import MergedViT
 from deploytk.merging.precision import to_precision
@@ -74,6 +78,18 @@ def baseline_onnx(artifact: Artifact, merged: MergedViT | None = None) -> Path:
         export_model(dense, artifact.img_size, cfg.export.batch_size, manifest["onnx"]["opset"], tmp, name, names)
 
     return cached_file(BASELINES, baseline_name(artifact), make, f"dense baseline of {artifact.directory}")
+
+
+def fused_baseline_onnx(artifact: Artifact) -> Path:
+    """The dense baseline fused for ONNX Runtime as the artifact's model.ort.onnx was (``fmt='onnx-ort'``), cached beside
+    it: the speedup of a fused graph is measured against a dense graph given the same fusions."""
+    dense = baseline_onnx(artifact)
+
+    def make(tmp: Path, name: str) -> None:
+        save_onnx(fuse_for_ort(onnx.load(str(dense)))[0], tmp, name, check=False)
+
+    name = baseline_name(artifact).removesuffix(".onnx") + ".ort.onnx"
+    return cached_file(BASELINES, name, make, f"dense baseline of {artifact.directory}, fused for ONNX Runtime")
 
 
 #: the cache's section for dense baselines

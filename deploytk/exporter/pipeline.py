@@ -11,19 +11,21 @@ from deploytk.adapters.hf_common import HF_PREFIX
 from deploytk.analysis.inspect import flops_summary, img_size_of, method_summary, output_summary, schedule_summary
 from deploytk.config import DeployConfig, config_to_dict
 from deploytk.errors import DeploytkError
-from deploytk.exporter.artifacts import EXPORT, INLINED_MODEL_FILE, MANIFEST_FORMAT, MODEL_FILE, write_manifest
+from deploytk.exporter.artifacts import EXPORT, INLINED_MODEL_FILE, MANIFEST_FORMAT, MODEL_FILE, ORT_MODEL_FILE, write_manifest
 from deploytk.exporter.inline import inline_deploytk_functions
 from deploytk.exporter.manifest import now_utc, package_versions, sha256_file, sha256_tree
 from deploytk.exporter.onnx_export import INPUT_NAME, IR_VERSION, custom_op_counts, export_model
 from deploytk.exporter.onnx_io import data_file_name, save_onnx
+from deploytk.exporter.ort_fusion import FUSABLE_PRECISIONS, fuse_for_ort
 from deploytk.exporter.source import HeldObject
 from deploytk.files import claim_directory
 from deploytk.merging.precision import to_precision
 from deploytk.models import build_reference
 from deploytk.progress import SILENT, Progress
 
-#: ``fmt``: the plugin-ready file alone, or with a standard-op copy for runtimes without model-local functions
-FORMATS = ("onnx", "onnx-inlined")
+#: ``fmt``: the plugin-ready file alone, or with a standard-op copy for runtimes without model-local functions, or with
+#: ONNX Runtime's fused copy
+FORMATS = ("onnx", "onnx-inlined", "onnx-ort")
 
 
 def external_data(folder: Path, name: str | None) -> dict:
@@ -49,6 +51,14 @@ def model_folder_record(model: str) -> dict:
     return {"model_folder_sha256": sha256_tree(folder)} if folder is not None and folder.is_dir() else {}
 
 
+def write_ort_copy(proto: onnx.ModelProto, folder: Path) -> dict:
+    """``folder``/model.ort.onnx, ONNX Runtime's fused copy of ``proto``; returns the manifest's ``onnx_ort`` record."""
+    fused, fusions = fuse_for_ort(proto)
+    data = save_onnx(fused, folder / ORT_MODEL_FILE, check=False)  # contrib ops: onnx's checker does not know them
+    record = {"file": ORT_MODEL_FILE, "sha256": sha256_file(folder / ORT_MODEL_FILE), **external_data(folder, data)}
+    return record | {"fusions": fusions, "onnxruntime": package_versions().get("onnxruntime")}
+
+
 def run_export(
     cfg: DeployConfig, output: Path, progress: Progress = SILENT, fmt: str = "onnx", force: bool = False, source: HeldObject | None = None
 ) -> dict:
@@ -57,11 +67,19 @@ def run_export(
     ``output`` is claimed before any work (deploytk.files): a new or empty folder, or an earlier export, whose
     own files are replaced; ``force`` keeps other files in an earlier export instead of refusing it.
     ``fmt="onnx-inlined"`` also writes ``model.inlined.onnx``: every deploytk node replaced by
-    its function body (OpenVINO's reader takes no custom-domain functions), hashed in the manifest.
+    its function body (OpenVINO's reader takes no custom-domain functions), hashed in the manifest; ``fmt="onnx-ort"``
+    also writes ``model.ort.onnx``, the graph fused for ONNX Runtime's CPU kernels (``deploytk.exporter.ort_fusion``),
+    which the ``ort`` backend then runs.
     ``source``: the model object ``cfg.model`` holds (``memory:``), whose stored files go to ``source/``.
     """
     if fmt not in FORMATS:
         raise DeploytkError(f"`fmt={fmt!r}` is not one of {', '.join(FORMATS)}.")
+    if fmt == "onnx-ort" and cfg.export.precision not in FUSABLE_PRECISIONS:
+        raise DeploytkError(
+            f"`fmt='onnx-ort'` writes a graph for ONNX Runtime's CPU kernels, which have no {cfg.export.precision} kernels "
+            f"(`precision={cfg.export.precision}`).",
+            hint="Export with `precision=fp32` (or fp16) for ONNX Runtime's CPU, or with `fmt='onnx'` for a GPU runtime.",
+        )
     with claim_directory(output, EXPORT, force=force) as target:
         progress.step("building the PyTorch reference")
         model = build_reference(cfg)
@@ -83,6 +101,10 @@ def run_export(
                 progress.step("writing the inlined copy (standard ONNX ops only)")
                 inlined_data = save_onnx(inline_deploytk_functions(proto), tmp / INLINED_MODEL_FILE)
                 inlined = {"file": INLINED_MODEL_FILE, "sha256": sha256_file(tmp / INLINED_MODEL_FILE), **external_data(tmp, inlined_data)}
+            fused = None
+            if fmt == "onnx-ort":
+                progress.step("writing ONNX Runtime's fused copy (attention, LayerNorm, GELU fused)")
+                fused = write_ort_copy(proto, tmp)
             if source is not None:
                 progress.step("storing the model object's weights and architecture")
                 source.copy_files(tmp)
@@ -119,6 +141,7 @@ def run_export(
                     "export_seconds": round(seconds, 2),
                 },
                 "onnx_inlined": inlined,
+                "onnx_ort": fused,
                 "versions": package_versions(),
             }
             manifest = write_manifest(tmp, manifest)

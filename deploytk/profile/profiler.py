@@ -112,6 +112,7 @@ def profile(
         "device": backend.describe(),
         "timing": backend.timing,
         "runtime_settings": merged.settings(),
+        "dense_runtime_settings": dense.settings(),  # what the baseline ran as (e.g. the fused dense copy on ONNX Runtime)
         "warmup": warmup,
         "iterations": iterations,
         "results": results,

@@ -151,6 +151,7 @@ def quantized_manifest(source: Artifact, folder: Path, quantizer: Quantizer, cal
     manifest["created"] = now_utc()
     manifest["onnx"] = {k: v for k, v in manifest["onnx"].items() if k != "external_data"} | {"sha256": sha256_file(folder / MODEL_FILE)}
     manifest["onnx_inlined"] = None
+    manifest["onnx_ort"] = None  # the fused copies are of the fp32 graph, not of the quantized one
     extra = dict(summary.pop("manifest", {}))
     if "onnx_role" in extra:
         manifest["onnx"]["role"] = extra.pop("onnx_role")

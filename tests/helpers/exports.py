@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -37,7 +38,7 @@ class ExportCache:
         self.used: dict[str, Path] = {}
 
     def key(self, stem: str, fmt: str, overrides: dict) -> str:
-        name = stem + ("-inlined" if fmt == "onnx-inlined" else "")
+        name = stem + {"onnx-inlined": "-inlined", "onnx-ort": "-ort"}.get(fmt, "")
         if overrides:
             name += "-" + hashlib.sha1(json.dumps(overrides, sort_keys=True, default=str).encode()).hexdigest()[:10]
         return name
@@ -59,6 +60,25 @@ class ExportCache:
     def copy(self, stem: str, dest: Path, fmt: str = "onnx", **overrides) -> Path:
         """A copy of the shared export at ``dest`` (derived caches included), for a test that changes files."""
         return Path(shutil.copytree(self(stem, fmt, **overrides), dest))
+
+    def with_ort_copy(self, stem: str, dest: Path, **overrides) -> Path:
+        """The shared export at ``dest`` with ONNX Runtime's fused copy added, as ``fmt='onnx-ort'`` writes it: its files
+        hard-linked (no disk, no second torch export), the manifest copied and extended; ``dest`` holds the only new file."""
+        import onnx
+
+        from deploytk.exporter.artifacts import MANIFEST_FILE, MODEL_FILE, read_manifest, write_manifest
+        from deploytk.exporter.pipeline import write_ort_copy
+
+        source = self(stem, **overrides)
+
+        def link(src: str, dst: str) -> None:  # the manifest is rewritten below: a copy, never a link to the shared one
+            shutil.copy2(src, dst) if Path(src).name == MANIFEST_FILE else os.link(src, dst)
+
+        shutil.copytree(source, dest, copy_function=link)
+        manifest = read_manifest(dest)
+        manifest["onnx_ort"] = write_ort_copy(onnx.load(str(dest / MODEL_FILE)), dest)
+        write_manifest(dest, manifest)
+        return dest
 
     def changed(self) -> list[str]:
         """The shared exports this process used whose files differ from when they were made."""
