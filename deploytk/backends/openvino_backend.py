@@ -22,6 +22,7 @@ Its rules:
 
 from __future__ import annotations
 
+import collections
 import io
 import os
 from pathlib import Path
@@ -99,6 +100,21 @@ def read_onnx(core, graph: onnx.ModelProto):
         return core.read_model(io.BytesIO(source) if isinstance(source, bytes) else source)
 
 
+def attention_fusion(compiled, model) -> dict:
+    """How the compiled model runs attention: of the graph's softmax ops, how many run in one CPU kernel together with
+    both of attention's MatMuls (QK^T and AV), and which kernels those are (OpenVINO's snippets ``Subgraph``, its
+    ``ScaledDotProductAttention``). Read from the runtime model, whose nodes list the original layers they execute."""
+    types = {op.get_friendly_name(): op.get_type_name().lower() for op in model.get_ops()}
+    softmax = {name for name, kind in types.items() if kind == "softmax"}
+    kernels: collections.Counter = collections.Counter()
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        info = op.get_rt_info()
+        names = set(info["originalLayersNames"].astype(str).split(","))
+        if names & softmax and sum(types.get(n) == "matmul" for n in names) >= 2:
+            kernels[info["layerType"].astype(str)] += len(names & softmax)
+    return {"softmax": len(softmax), "fused_with_both_matmuls": sum(kernels.values()), "kernels": dict(kernels)}
+
+
 class OpenVinoModel(LoadedModel):
     """One ov.Model, compiled for one batch size at a time (static shapes).
 
@@ -136,7 +152,9 @@ class OpenVinoModel(LoadedModel):
         return host_timer(lambda x: request.infer({0: x}), seeded_batch(batch_size, self.img_size))
 
     def settings(self) -> dict:
-        return {"runtime": f"openvino {openvino_version()}", "device": "CPU", **self.config, "batch": "static, one compiled model per size"}
+        fusion = {"attention_fusion": attention_fusion(self.compiled.get_compiled_model(), self.model)} if self.compiled else {}
+        static = "static, one compiled model per size"
+        return {"runtime": f"openvino {openvino_version()}", "device": "CPU", **self.config, "batch": static, **fusion}
 
     def quantized_choices(self) -> list[str]:
         return fake_quantized_choices(self.model)

@@ -234,3 +234,30 @@ def test_tie_rules_hold_on_openvino(k):
         got = compiled([t.numpy() for t in tensors.values()])[0]
         want = OPS[op_name].reference(*tensors.values(), *[attrs[a] for a in attrs if a != "tokens"])
         np.testing.assert_array_equal(got, want.numpy(), err_msg=op_name)
+
+
+def test_profile_reports_how_attention_runs_in_both_graphs(digits_tome):
+    """Read from OpenVINO's runtime model: every block's softmax, in the merged and the dense graph alike, runs in one
+    kernel with both of attention's MatMuls where this CPU's OpenVINO fuses them (snippets need AVX2 or better); the
+    merged graph is never left with fewer fused than its baseline."""
+    import deploytk
+
+    report = deploytk.load(digits_tome).profile("openvino", batch_sizes=[1], warmup=0, iterations=1).to_dict()
+    merged, dense = report["runtime_settings"]["attention_fusion"], report["dense_runtime_settings"]["attention_fusion"]
+    blocks = json.loads((digits_tome / "manifest.json").read_text())["model"]["blocks"]
+    assert merged["softmax"] == dense["softmax"] == blocks
+    assert merged["fused_with_both_matmuls"] == dense["fused_with_both_matmuls"] == sum(merged["kernels"].values())
+    assert merged["fused_with_both_matmuls"] in (0, blocks), merged
+
+
+def test_attention_fusion_sees_attention_run_apart(digits_tome):
+    """The same graph compiled with OpenVINO's snippets off runs softmax apart from its MatMuls: the check says so."""
+    import openvino
+
+    from deploytk.backends.openvino_backend import attention_fusion, read_onnx
+
+    core = openvino.Core()
+    model = read_onnx(core, onnx.load(str(digits_tome / "model.onnx")))
+    model.reshape({model.inputs[0].get_any_name(): [1, 3, 32, 32]})
+    apart = attention_fusion(core.compile_model(model, "CPU", {"SNIPPETS_MODE": "DISABLE"}), model)
+    assert apart["softmax"] == 12 and apart["fused_with_both_matmuls"] == 0 and apart["kernels"] == {}
