@@ -91,9 +91,10 @@ def test_bf16_with_the_fused_format_is_refused_before_any_work(tmp_path):
     assert not out.exists()
 
 
-def test_the_cli_names_the_fused_copy(tmp_path):
-    from helpers import CONFIGS
+def test_export_names_the_fused_copy(fused, capsys):
+    """What `deploytk export --format onnx-ort` prints after the export (its renderer, on the shared export's report)."""
+    from deploytk.cli import render
 
-    result = runner.invoke(app, ["export", str(CONFIGS / f"{STEM}.yaml"), "--output", str(tmp_path / "art"), "--format", "onnx-ort"])
-    assert result.exit_code == 0, result.output
-    assert "ONNX Runtime's fused copy (Attention 12" in result.output and "model.ort.onnx" in result.output
+    render.export(deploytk.load(fused).to_dict(), json_out=False)
+    printed = capsys.readouterr().out
+    assert "ONNX Runtime's fused copy (Attention 12, BiasGelu 12" in printed and f"{fused}/model.ort.onnx" in printed

@@ -104,6 +104,21 @@ def test_cpu_runtimes_smoke(tmp_path):
     assert "| ORT b1 | OpenVINO b1 |" in stdout
 
 
+@pytest.mark.slow  # an export, seven ONNX Runtime sessions (~30 s)
+def test_ort_fusion_smoke(tmp_path):
+    """Every variant computes model.onnx's numbers (the folded flash path exactly too) except the one without the bias,
+    which is there to be timed; the ratios are the medians'."""
+    report, stdout = run_script("ort_fusion.py", tmp_path / "f.json", interpret=False)
+    (row,) = report["rows"]
+    diffs = row["max_abs_diff"]
+    assert report["smoke"] and report["fusions"]["Attention"] == 12 and set(report["host"]) >= {"cpu", "isa"}
+    assert all(d < 1e-4 for name, d in diffs.items() if name != "fused, no bias"), diffs
+    assert diffs["fused, no bias"] > 1e-2  # proportional attention changes the logits: without it they differ
+    medians = row["median_ms"]
+    assert row["vs_model_onnx"]["fused"] == pytest.approx(medians["model.onnx"] / medians["fused"], rel=1e-2)
+    assert "| batch | model.onnx | attention-op | fused |" in stdout
+
+
 def test_cpu_op_profile_groups_nodes_by_deploytk_op(exported):
     art = exported("digits_vit_tome_r4")
     for runtime in ("ort", "openvino"):
