@@ -51,7 +51,8 @@ def ToMeMatch(
     node_max = op.ReduceMax(scores, last, keepdims=0)
     node_idx = op.ArgMax(scores, axis=-1, keepdims=0)
     _, edge_idx = op.TopK(node_max, na, axis=-1, largest=1, sorted=1)
-    src_idx, unm_idx = op.Split(edge_idx, op.Concat(r1, n_unm, axis=0), axis=1)  # [B, r]: the r best-matched A tokens; [B, Na-r]
+    src_idx = op.Slice(edge_idx, zero, r1, ax1)  # [B, r]: the r best-matched A tokens
+    unm_idx = op.Slice(edge_idx, r1, end, ax1)  # [B, Na-r]
     unm_sorted_f, _ = op.TopK(op.Cast(unm_idx, to=1), n_unm, axis=-1, largest=0, sorted=1)
     do_sort = op.Cast(op.Constant(value_int=sort_unmerged), to=9)
     unm_idx = op.Where(do_sort, op.Cast(unm_sorted_f, to=7), unm_idx)
