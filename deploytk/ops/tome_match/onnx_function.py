@@ -15,7 +15,7 @@ def ToMeMatch(
     plugin_namespace: str = "deploytk",
     plugin_version: str = "1",
 ) -> INT64:
-    """Scores matmul, ArgMax, TopK, two ScatterElements (unique indices, no reduction).
+    """Scores matmul, ArgMax, TopK, one ScatterElements (unique indices, no reduction).
 
     Everything but the batch size comes from attributes (``tokens`` is the static N), so a
     runtime folds the index arithmetic, including the output-slot tables, into constants.
@@ -63,13 +63,13 @@ def ToMeMatch(
     unm_slot = op.Where(op.Less(k, pa), op.Mul(k, two), op.Add(op.Sub(k, pa), p1))
     j = op.Range(s0, op.Squeeze(nb), s1)
     b_slot = op.Where(op.Less(j, pb), op.Add(op.Mul(j, two), one), op.Add(op.Add(p1, op.Sub(n_unm, pa)), op.Sub(j, pb)))
-    batch = op.Shape(metric, start=0, end=1)
-    dest_a = op.Expand(op.Constant(value_ints=[0]), op.Concat(batch, na, axis=0))
-    dest_a = op.ScatterElements(dest_a, unm_idx, op.Expand(unm_slot, op.Shape(unm_idx)), axis=1)
-    dest_a = op.ScatterElements(dest_a, src_idx, op.Gather(b_slot, dst_idx, axis=0), axis=1)
-    dest_b = op.Expand(b_slot, op.Concat(batch, nb, axis=0))
 
-    # interleave back to token order: [a0, b0, a1, b1, ...]
-    pad_b = op.Pad(dest_b, op.Concat(zero, zero, zero, op.Sub(na, nb), axis=0))  # equal lengths; the pad is sliced off
-    dest = op.Reshape(op.Concat(op.Unsqueeze(dest_a, last), op.Unsqueeze(pad_b, last), axis=-1), op.Concat(batch, op.Mul(na, two), axis=0))
-    return op.Slice(dest, zero, n1, ax1)
+    # One scatter into token order: B tokens (odd positions) keep their fixed slots, a constant the runtime folds;
+    # every A token (even position 2a) is written: the unmerged and the sources together cover all of A.
+    t = op.Range(s0, op.Squeeze(n1), s1)
+    odd = op.Equal(op.Mod(t, op.Constant(value_int=2)), s1)
+    base = op.Where(odd, op.Gather(b_slot, op.Where(odd, op.Div(t, op.Constant(value_int=2)), s0), axis=0), s0)  # [N]
+    batch = op.Shape(metric, start=0, end=1)
+    pos = op.Mul(op.Concat(unm_idx, src_idx, axis=1), two)  # [B, Na]: token positions of A
+    slots = op.Concat(op.Expand(unm_slot, op.Shape(unm_idx)), op.Gather(b_slot, dst_idx, axis=0), axis=1)
+    return op.ScatterElements(op.Expand(base, op.Concat(batch, n1, axis=0)), pos, slots, axis=1)
