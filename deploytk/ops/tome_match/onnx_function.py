@@ -67,8 +67,9 @@ def ToMeMatch(
     # One scatter into token order: B tokens (odd positions) keep their fixed slots, a constant the runtime folds;
     # every A token (even position 2a) is written: the unmerged and the sources together cover all of A.
     t = op.Range(s0, op.Squeeze(n1), s1)
-    odd = op.Equal(op.Mod(t, op.Constant(value_int=2)), s1)
-    base = op.Where(odd, op.Gather(b_slot, op.Where(odd, op.Div(t, op.Constant(value_int=2)), s0), axis=0), s0)  # [N]
+    half = op.Div(t, two)
+    odd = op.Equal(op.Sub(t, op.Mul(half, two)), s1)  # t % 2 == 1 without Mod, which not every ONNX parser takes on int64
+    base = op.Where(odd, op.Gather(b_slot, op.Where(odd, half, s0), axis=0), s0)  # [N]
     batch = op.Shape(metric, start=0, end=1)
     pos = op.Mul(op.Concat(unm_idx, src_idx, axis=1), two)  # [B, Na]: token positions of A
     slots = op.Concat(op.Expand(unm_slot, op.Shape(unm_idx)), op.Gather(b_slot, dst_idx, axis=0), axis=1)
