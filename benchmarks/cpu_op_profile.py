@@ -50,7 +50,7 @@ def weighted_nodes(proto: onnx.ModelProto) -> set[str]:
     return {n.name for n in proto.graph.node if n.op_type in ("MatMul", "Gemm") and any(i in weights for i in n.input)}
 
 
-def profile_ort(path: Path, batch: int, iterations: int) -> dict[str, float]:
+def profile_ort(path: Path, batch: int, iterations: int, threads: int = 0) -> dict[str, float]:
     import onnxruntime as ort
 
     proto = onnx.load(str(path))
@@ -61,6 +61,7 @@ def profile_ort(path: Path, batch: int, iterations: int) -> dict[str, float]:
         options.profile_file_prefix = str(Path(tmp) / "ort")
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.log_severity_level = 3
+        options.intra_op_num_threads = threads  # 0: ONNX Runtime's default, one per physical core
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         x = seeded_batch(batch, proto_img_size(proto))
         for _ in range(3 + iterations):
@@ -82,7 +83,7 @@ def profile_ort(path: Path, batch: int, iterations: int) -> dict[str, float]:
     return result
 
 
-def profile_openvino(proto: onnx.ModelProto, batch: int, iterations: int) -> dict[str, float]:
+def profile_openvino(proto: onnx.ModelProto, batch: int, iterations: int, threads: int = 0) -> dict[str, float]:
     import openvino
 
     from deploytk.backends.openvino_backend import cpu_threads
@@ -94,7 +95,8 @@ def profile_openvino(proto: onnx.ModelProto, batch: int, iterations: int) -> dic
         model = core.read_model(io.BytesIO(source) if isinstance(source, bytes) else source)
     img = proto_img_size(proto)
     model.reshape({model.inputs[0].get_any_name(): [batch, 3, *img]})
-    config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": cpu_threads(), "INFERENCE_PRECISION_HINT": "f32", "PERF_COUNT": True}
+    config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": threads or cpu_threads(), "INFERENCE_PRECISION_HINT": "f32"}
+    config["PERF_COUNT"] = True
     request = core.compile_model(model, "CPU", config).create_infer_request()
     x = seeded_batch(batch, img)
     for _ in range(3):
@@ -120,7 +122,7 @@ def proto_img_size(proto: onnx.ModelProto) -> tuple[int, int]:
 #: --runtime: each runtime's own per-node profiler (ONNX Runtime's profiling JSON, OpenVINO's performance counters)
 PROFILERS = {
     "ort": profile_ort,
-    "openvino": lambda path, batch, iterations: profile_openvino(onnx.load(str(path)), batch, iterations),
+    "openvino": lambda path, batch, iterations, threads: profile_openvino(onnx.load(str(path)), batch, iterations, threads),
 }
 
 
@@ -130,15 +132,28 @@ def main(argv=None) -> int:
     p.add_argument("--runtime", choices=list(PROFILERS), default="ort")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--iterations", type=int, default=10)
+    p.add_argument("--threads", type=int, default=0, help="Intra-op threads (default 0: the runtime's default, all cores).")
     p.add_argument("--json", action="store_true", help="Print the groups as JSON.")
+    p.add_argument("--output", type=Path, default=None, help="Also write the JSON (with the command, host and time) here.")
     args = p.parse_args(argv)
     artifact = Artifact.open(args.artifact)
     paths = {"merged": artifact.onnx_path, "dense": baseline_onnx(artifact)}
     table = {}
     for name, path in paths.items():
-        table[name] = PROFILERS[args.runtime](path, args.batch, args.iterations)
+        table[name] = PROFILERS[args.runtime](path, args.batch, args.iterations, args.threads)
+    report = {"artifact": str(args.artifact), "runtime": args.runtime, "batch": args.batch, "threads": args.threads or "default"}
+    report["ms"] = table
+    if args.output:
+        from benchmarks.common import write_result
+        from deploytk.files import claim_file
+        from deploytk.machine import host
+
+        manifest = artifact.manifest
+        flops = {"model": manifest["model"]["name"], "method": manifest["method"]["name"]}
+        flops["flops_ratio"] = round(manifest["dense_gflops"] / manifest["gflops"], 3)
+        write_result(claim_file(args.output, "deploytk benchmarks/cpu_op_profile.py"), {**report, **flops, "host": host()})
     if args.json:
-        print(json.dumps({"artifact": str(args.artifact), "runtime": args.runtime, "batch": args.batch, "ms": table}, indent=2))
+        print(json.dumps(report, indent=2))
         return 0
     groups = sorted(set(table["merged"]) | set(table["dense"]), key=lambda g: -max(table["merged"].get(g, 0), table["dense"].get(g, 0)))
     print(f"{args.artifact} on {args.runtime}, batch {args.batch}: median ms per run ({os.cpu_count()} CPUs)")
