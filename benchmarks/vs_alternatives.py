@@ -246,7 +246,7 @@ def dense_ort_optimized(row: Row) -> Ready:
     optimized = optimize_model(str(dense), model_type="vit", num_heads=attn.num_heads, hidden_size=row.model.embed_dim)
     path = row.tmp / "dense_ort_optimized.onnx"
     optimized.save_model_to_file(str(path))
-    stats = {k: v for k, v in optimized.get_fused_operator_statistics().items() if v}
+    stats = dict(optimized.get_fused_operator_statistics())  # zeros kept: an unfused Attention shows as 0
     model = OrtModel(ort_session(path, "ort", spinning=False), art.img_size)
     info = {"setup_s": round(time.perf_counter() - t0, 1), "fused_operators": stats, "settings": model.settings()}
     info["optimizer"] = {
@@ -483,9 +483,11 @@ def specs(args) -> list[dict]:
 def run_child(spec: dict, tmp: Path, i: int) -> dict:
     out = tmp / f"row{i}.json"
     t0 = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, __file__, "--row", json.dumps(spec), "--row-output", str(out)], stderr=subprocess.PIPE, text=True
-    )
+    # a fresh Inductor cache per row: torch.compile's on-disk cache would otherwise carry one row's (or run's) compiled code
+    # into the next, and compile_s would time a cache hit
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp / f"row{i}-inductor")}
+    command = [sys.executable, __file__, "--row", json.dumps(spec), "--row-output", str(out)]
+    done = subprocess.run(command, stderr=subprocess.PIPE, text=True, env=env)
     seconds = round(time.perf_counter() - t0, 1)
     if done.returncode != 0 or not out.is_file():
         tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
@@ -528,6 +530,7 @@ PROTOCOL = {
     "the physical cores, spinning off); OpenVINO LATENCY hint, INFERENCE_NUM_THREADS = usable CPUs, static batch",
     "compared": f"every contender's first output against the PyTorch reference on the row's seeded batch before timing: fp32 max abs "
     f"diff <= {TOLERANCE} or not timed; int8: top-1 agreement and cosine recorded",
+    "torch_compile": "default mode, a fresh Inductor cache per row (compile_s: a cold compile, the first call)",
     "timing": "warm-up rounds, then alternating rounds over the timed contenders (the first one rotating), medians",
     "ratios": "x_vs_best_fp32/int8 = contender median / deploytk's best fp32/int8 median (> 1: deploytk is that much faster); "
     "speedup_vs_dense = dense contender on the same runtime / contender; efficiency = speedup_vs_dense / FLOPs ratio (fvcore)",

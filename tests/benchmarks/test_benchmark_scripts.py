@@ -204,7 +204,7 @@ def test_vs_alternatives_smoke_compares_every_contender_and_says_why_one_did_not
     for name in ("tome_official_compile", "deploytk_reference_compile", "dense_compile"):
         assert "--smoke leaves torch.compile out" in contenders[name]["status"]
     assert contenders["mctf_official_eager"]["status"] == contenders["mctf_official_compile"]["status"] == "not in tome rows"
-    assert contenders["dense_ort_optimized"]["fused_operators"]  # what ONNX Runtime's transformers optimizer fused
+    assert sum(contenders["dense_ort_optimized"]["fused_operators"].values()) > 0  # ONNX Runtime's transformers optimizer fused something
     ratios = row["ratios"]
     best = ratios["deploytk_best"]["fp32"]
     assert best["contender"] in ("deploytk_ort", "deploytk_openvino") and ratios["contenders"][best["contender"]]["x_vs_best_fp32"] == 1
