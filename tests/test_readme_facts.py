@@ -140,6 +140,19 @@ def test_the_triton_load_table_is_what_its_command_prints():
     assert not data["smoke"] and markdown(data) in PROSE
 
 
+def test_the_vs_alternatives_page_shows_each_committed_run_or_says_none_is():
+    """docs/results/vs-alternatives.md holds `benchmarks/vs_alternatives.py --markdown` of every committed full run, or,
+    before the first one, says that it has not been measured (issue 44: no figure without its result file)."""
+    from benchmarks.vs_alternatives import markdown
+
+    text = page("docs/results/vs-alternatives.md")
+    runs = sorted(RESULTS.glob("vs_alternatives_*.json"))
+    for path in runs:
+        data = json.loads(path.read_text())
+        assert not data["smoke"] and markdown(data) in text, path.name
+    assert ("Not measured yet" in text) == (not runs)
+
+
 def test_the_measured_tables_live_on_the_results_pages():
     """A measured table moved back into a guide (or the README) would leave the results pages incomplete."""
     from benchmarks.int8 import markdown as int8_table

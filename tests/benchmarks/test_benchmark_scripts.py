@@ -164,3 +164,84 @@ def test_cli_startup_smoke(tmp_path):
     assert report["smoke"] and report["command"].startswith("python") and "deploytk --help" in stdout
     assert [row["command"] for row in report["rows"]] == ["deploytk --help", "deploytk --version", "deploytk methods", "import deploytk"]
     assert all(row["runs"] == 2 and 0 < row["min_s"] <= row["median_s"] <= row["max_s"] for row in report["rows"])
+
+
+def test_vs_alternatives_smoke_compares_every_contender_and_says_why_one_did_not_run(tmp_path, capsys):
+    """One row on a tiny timm ViT: every contender is listed, each timed one was held to its PyTorch reference first, the
+    official ToMe code is skipped with where it was looked for (deploytk's own PyTorch reference takes its place), and
+    the ratios follow from the medians."""
+    pytest.importorskip("openvino", reason="the openvino extra is not installed")
+    pytest.importorskip("nncf", reason="the int8 extra is not installed")
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.vs_alternatives import CONTENDERS, TOLERANCE, main
+
+    missing = tmp_path / "no-tome"
+    out = tmp_path / "v.json"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "vs_alternatives.py"), "--smoke", "--output", str(out)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DEPLOYTK_OFFICIAL_TOME": str(missing), "DEPLOYTK_OFFICIAL_MCTF": str(missing)},
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert report["smoke"] and report["environment"]["versions"]["onnxruntime"] and "avx2" in report["environment"]["isa"]
+    assert report["official_code"] == {"tome": str(missing), "mctf": str(missing)} and "synthetic" in report["protocol"]["int8_calibration"]
+    (row,) = report["rows"]
+    assert (row["model"], row["method"], row["batch"]) == ("vit_tiny_patch16_224", "tome", 1)
+    assert row["reduced_vs_dense_max_abs_diff"] > 2 * TOLERANCE  # a contender that did not reduce would fail its comparison
+    contenders = row["contenders"]
+    assert list(contenders) == list(CONTENDERS)
+    timed = {n for n, c in contenders.items() if c["status"] == "timed"}
+    assert timed == {
+        "deploytk_ort",
+        "deploytk_openvino",
+        "deploytk_reference_eager",
+        "deploytk_ort_int8",
+        "deploytk_openvino_int8",
+        "dense_ort_optimized",
+        "dense_ort",
+        "dense_openvino",
+        "dense_ort_int8",
+        "dense_openvino_int8",
+    }
+    for name in timed:
+        c, compared = contenders[name], contenders[name]["compared"]
+        assert c["median_ms"] > 0 and compared["ok"]
+        if c["precision"] == "fp32":
+            assert compared["max_abs_diff"] <= TOLERANCE
+        else:
+            assert 0 <= compared["top1_agreement"] <= 1 and compared["cosine"] > 0.9
+    skipped = contenders["tome_official_eager"]["status"]
+    assert skipped.startswith("skipped: official tome code not found") and f"{missing}/tome/patch/timm.py" in skipped
+    assert "--official-tome / DEPLOYTK_OFFICIAL_TOME" in skipped
+    for name in ("tome_official_compile", "deploytk_reference_compile", "dense_compile"):
+        assert "--smoke leaves torch.compile out" in contenders[name]["status"]
+    assert contenders["mctf_official_eager"]["status"] == contenders["mctf_official_compile"]["status"] == "not in tome rows"
+    assert sum(contenders["dense_ort_optimized"]["fused_operators"].values()) > 0  # ONNX Runtime's transformers optimizer fused something
+    ratios = row["ratios"]
+    best = ratios["deploytk_best"]["fp32"]
+    assert best["contender"] in ("deploytk_ort", "deploytk_openvino") and ratios["contenders"][best["contender"]]["x_vs_best_fp32"] == 1
+    ort = ratios["contenders"]["deploytk_ort"]
+    assert ort["dense_baseline"] == "dense_ort_optimized"
+    assert ort["speedup_vs_dense"] == pytest.approx(
+        contenders["dense_ort_optimized"]["median_ms"] / contenders["deploytk_ort"]["median_ms"], rel=1e-2
+    )
+    assert ort["efficiency"] == pytest.approx(ort["speedup_vs_dense"] / row["flops_ratio"], rel=1e-2)
+    assert row["flops_ratio"] == pytest.approx(row["dense_gflops"] / row["gflops"], rel=1e-2)
+    assert "| vit_tiny | tome r=8 | 1 | deploytk_ort | onnxruntime |" in result.stdout
+    assert main(["--markdown", str(out)]) == 0  # the table of an earlier run is the one that run printed
+    assert capsys.readouterr().out.strip() in result.stdout
+
+
+def test_vs_alternatives_refuses_an_unknown_contender_before_writing(tmp_path):
+    out = tmp_path / "v.json"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "vs_alternatives.py"), "--contenders", "deploytk_ort,tensorflow", "--output", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert result.returncode != 0 and "unknown contender(s) tensorflow; known: deploytk_ort," in result.stderr
+    assert list(tmp_path.iterdir()) == []
