@@ -166,6 +166,7 @@ def test_cli_startup_smoke(tmp_path):
     assert all(row["runs"] == 2 and 0 < row["min_s"] <= row["median_s"] <= row["max_s"] for row in report["rows"])
 
 
+@pytest.mark.slow  # an export, two int8 quantizations, sixteen contenders (20-45 s)
 def test_vs_alternatives_smoke_compares_every_contender_and_says_why_one_did_not_run(tmp_path, capsys):
     """One row on a tiny timm ViT: every contender is listed, each timed one was held to its PyTorch reference first, the
     official ToMe code is skipped with where it was looked for (deploytk's own PyTorch reference takes its place), and
@@ -196,11 +197,13 @@ def test_vs_alternatives_smoke_compares_every_contender_and_says_why_one_did_not
     timed = {n for n, c in contenders.items() if c["status"] == "timed"}
     assert timed == {
         "deploytk_ort",
+        "deploytk_ort_plain",
         "deploytk_openvino",
         "deploytk_reference_eager",
         "deploytk_ort_int8",
         "deploytk_openvino_int8",
         "dense_ort_optimized",
+        "dense_ort_fused",
         "dense_ort",
         "dense_openvino",
         "dense_ort_int8",
@@ -222,12 +225,19 @@ def test_vs_alternatives_smoke_compares_every_contender_and_says_why_one_did_not
     assert sum(contenders["dense_ort_optimized"]["fused_operators"].values()) > 0  # ONNX Runtime's transformers optimizer fused something
     ratios = row["ratios"]
     best = ratios["deploytk_best"]["fp32"]
-    assert best["contender"] in ("deploytk_ort", "deploytk_openvino") and ratios["contenders"][best["contender"]]["x_vs_best_fp32"] == 1
-    ort = ratios["contenders"]["deploytk_ort"]
-    assert ort["dense_baseline"] == "dense_ort_optimized"
-    assert ort["speedup_vs_dense"] == pytest.approx(
+    assert best["contender"] in ("deploytk_ort", "deploytk_ort_plain", "deploytk_openvino")
+    assert ratios["contenders"][best["contender"]]["x_vs_best_fp32"] == 1
+    ort = ratios["contenders"]["deploytk_ort"]  # the fused copy, against the dense model fused the same way
+    assert contenders["deploytk_ort"]["settings"]["graph"] == "model.ort.onnx"
+    assert contenders["dense_ort_fused"]["settings"]["graph"].endswith(".ort.onnx")
+    assert contenders["deploytk_ort_plain"]["settings"]["graph"] == "model.onnx"
+    assert ort["dense_baseline"] == "dense_ort_fused"
+    medians = {name: c.get("median_ms") for name, c in contenders.items()}
+    assert ort["speedup_vs_dense"] == pytest.approx(medians["dense_ort_fused"] / medians["deploytk_ort"], rel=1e-2)
+    assert ort["speedup_vs_dense_ort_optimized"] == pytest.approx(
         contenders["dense_ort_optimized"]["median_ms"] / contenders["deploytk_ort"]["median_ms"], rel=1e-2
     )
+    assert contenders["deploytk_openvino"]["settings"]["ENABLE_CPU_PINNING"] is False
     assert ort["efficiency"] == pytest.approx(ort["speedup_vs_dense"] / row["flops_ratio"], rel=1e-2)
     assert row["flops_ratio"] == pytest.approx(row["dense_gflops"] / row["gflops"], rel=1e-2)
     assert "| vit_tiny | tome r=8 | 1 | deploytk_ort | onnxruntime |" in result.stdout
