@@ -120,7 +120,7 @@ def python_and_cli(tmp_path, art, case):
 #: command -> (what the Python caller reads, what the CLI user reads)
 SAID = {
     "quantize": ("`num_images=0`: must be >= 1.", "--num-images 0: must be >= 1."),
-    "export": ("`fmt='x'` is not one of onnx, onnx-inlined.", "--format 'x' is not one of onnx, onnx-inlined."),
+    "export": ("`fmt='x'` is not one of onnx, onnx-inlined, onnx-ort.", "--format 'x' is not one of onnx, onnx-inlined, onnx-ort."),
     "profile": ("`batch_sizes='1,x'` must be comma-separated ints, e.g. 1,8,32.", "--batch-sizes '1,x' must be comma-separated ints"),
     "validate": ("`num_images=` and `batch_size=` must be >= 1.", "--num-images and --batch-size must be >= 1."),
     "eval": ("`limit=0`: must be an int >= 1 (or omitted for all images).", "--limit 0: must be an int >= 1 (or omitted for all images)."),
