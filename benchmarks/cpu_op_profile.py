@@ -10,6 +10,8 @@ groups of one run, and take end-to-end latencies from ``deploytk profile``.
 
     python benchmarks/cpu_op_profile.py artifacts/deit_small_tome_r16 --runtime ort --batch 1
     python benchmarks/cpu_op_profile.py artifacts/deit_small_tome_r16 --runtime openvino --batch 8 --json
+    python benchmarks/cpu_op_profile.py ARTIFACT --batch 1 --output P.json    # saved with command, host and time
+    python benchmarks/cpu_op_profile.py P.json --markdown                      # the table of a saved profile
 """
 
 from __future__ import annotations
@@ -126,6 +128,18 @@ PROFILERS = {
 }
 
 
+def markdown(report: dict, rows: int = 8) -> str:
+    """The largest groups of a saved profile (``--output``), merged next to dense, as a markdown table."""
+    table = report["ms"]
+    merged, dense = table["merged"], table["dense"]
+    groups = [g for g in sorted(set(merged) | set(dense), key=lambda g: -max(merged.get(g, 0), dense.get(g, 0))) if not g.startswith("(")]
+    lines = [f"| {report['runtime']}, batch {report['batch']} | merged ms | dense ms |", "|---|---:|---:|"]
+    lines += [f"| {g} | {merged.get(g, 0):.2f} | {dense.get(g, 0):.2f} |" for g in groups[:rows]]
+    total = {k: sum(v for g, v in t.items() if not g.startswith("(")) for k, t in table.items()}
+    lines.append(f"| sum of all nodes | {total['merged']:.2f} | {total['dense']:.2f} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("artifact", type=Path, help="Directory written by `deploytk export` (fp32).")
@@ -135,7 +149,11 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=0, help="Intra-op threads (default 0: the runtime's default, all cores).")
     p.add_argument("--json", action="store_true", help="Print the groups as JSON.")
     p.add_argument("--output", type=Path, default=None, help="Also write the JSON (with the command, host and time) here.")
+    p.add_argument("--markdown", action="store_true", help="ARTIFACT is a saved profile (--output): print its table and exit.")
     args = p.parse_args(argv)
+    if args.markdown:
+        print(markdown(json.loads(args.artifact.read_text())))
+        return 0
     artifact = Artifact.open(args.artifact)
     paths = {"merged": artifact.onnx_path, "dense": baseline_onnx(artifact)}
     table = {}

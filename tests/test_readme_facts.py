@@ -153,6 +153,18 @@ def test_the_vs_alternatives_page_shows_each_committed_run_or_says_none_is():
     assert ("Not measured yet" in text) == (not runs)
 
 
+def test_the_ort_fusion_and_batch_1_profile_tables_are_what_their_commands_print():
+    """docs/results/index.md shows benchmarks/ort_fusion.py's table and cpu_op_profile.py's --markdown of each saved
+    profile, as their result files hold them."""
+    from benchmarks.cpu_op_profile import markdown as profile_table
+    from benchmarks.ort_fusion import markdown as fusion_table
+
+    text = page("docs/results/index.md")
+    assert fusion_table(result("ort_fusion_amd_epyc.json")) in text
+    profiles = sorted(RESULTS.glob("cpu_op_profile_*.json"))
+    assert profiles and all(profile_table(json.loads(p.read_text())) in text for p in profiles)
+
+
 def test_the_measured_tables_live_on_the_results_pages():
     """A measured table moved back into a guide (or the README) would leave the results pages incomplete."""
     from benchmarks.int8 import markdown as int8_table
@@ -173,6 +185,15 @@ def headline(row_start: str) -> str:
 
 def test_the_readme_headline_figures_are_the_result_files():
     """Each figure in the README's Measured table, recomputed from the result file its page cites."""
+    rows = {
+        r["batch"]: r["ratios"]["contenders"]["tome_official_compile"]
+        for r in result("vs_alternatives_amd_epyc.json")["rows"]
+        if r["model"] == "deit_small_patch16_224" and r["method"] == "tome"
+    }
+    assert headline("DeiT-S ToMe r=16, deploytk's fastest") == (
+        f"{rows[1]['x_vs_best_fp32']:.2f}x / {rows[8]['x_vs_best_fp32']:.2f}x faster; "
+        f"int8 {rows[1]['x_vs_best_int8']:.2f}x / {rows[8]['x_vs_best_int8']:.2f}x"
+    )
     rows = {
         (r["runtime"], r["batch"]): r
         for r in result("cpu_runtimes_amd_epyc.json")["rows"]
