@@ -63,6 +63,8 @@ TOLERANCE = 1e-3
 #: the tiny timm ViT of --smoke: 32x32 images, 4x4 patches, two blocks (65 tokens)
 SMOKE_MODEL = {"name": "vit_tiny_patch16_224", "kwargs": {"img_size": 32, "patch_size": 4, "depth": 2, "num_classes": 10}}
 SMOKE_R = 8  # enough merging that the reduced logits differ from the dense ones by several times TOLERANCE
+#: the packages whose versions the JSON records (beyond deploytk's manifest list)
+VERSIONED = ("torch", "timm", "onnxruntime", "openvino", "nncf", "onnx")
 ISA_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
 
 
@@ -121,7 +123,9 @@ def _loaded(row: Row, runtime: str, int8: bool):
             info["quantize_s"] = round(time.perf_counter() - t0, 1)
         art = Artifact.open(directory)
         merged, dense = get_backend(runtime).load_for_timing(art, [row.spec["batch"]])
-        if runtime == "openvino":  # its pinned threads slowed torch.compile's batch-1 runs in this process (docstring)
+        from deploytk.backends.openvino_backend import OpenVinoModel
+
+        if isinstance(merged, OpenVinoModel):  # its pinned threads slowed torch.compile's batch-1 runs in this process (docstring)
             for model in (merged, dense):
                 model.config["ENABLE_CPU_PINNING"] = False
                 model.batch_size = model.compiled = None  # compiled again, unpinned, at the next request
@@ -549,7 +553,7 @@ def environment() -> dict:
     from deploytk.machine import host
 
     versions = package_versions()
-    for name in ("torch", "timm", "onnxruntime", "openvino", "nncf", "onnx"):
+    for name in VERSIONED:
         try:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
