@@ -58,6 +58,7 @@ def test_the_ort_backend_validates_the_fused_copy(fused, exported):
     assert plain.reports[0]["runtime_settings"]["graph"] == "model.onnx"
 
 
+@pytest.mark.slow  # a second torch export (the dense baseline) and its fusion, four sessions
 def test_profile_times_it_against_the_dense_baseline_fused_the_same_way(fused):
     report = deploytk.load(fused).profile("ort", batch_sizes=[1], warmup=0, iterations=1).to_dict()
     assert report["runtime_settings"]["graph"] == "model.ort.onnx"
