@@ -59,6 +59,7 @@ def fuse_for_ort(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, int
             fused = {op: int(n) for op, n in optimized.get_fused_operator_statistics().items() if n}
             model = onnx.ModelProto()
             model.CopyFrom(optimized.model)  # its weights loaded from tmp, which goes away
+            del model.graph.value_info[:]  # shapes recorded before its fusions, some stale after them (multi-scale ViT)
             if not any(o.domain == CONTRIB_DOMAIN for o in model.opset_import):  # its save_model_to_file adds it; we save ourselves
                 model.opset_import.append(onnx.helper.make_opsetid(CONTRIB_DOMAIN, 1))
     except (ValueError, RuntimeError, onnx.checker.ValidationError) as error:

@@ -10,13 +10,10 @@ with `deploytk validate`'s defaults on ONNX Runtime and OpenVINO in one run.
 import json
 from pathlib import Path
 
-import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from typer.testing import CliRunner
 
-from deploytk.backends.base import seeded_batch
 from deploytk.cli import app
 from deploytk.exporter.ort_fusion import FUSABLE_PRECISIONS
 from deploytk.optional import openvino_version
@@ -47,11 +44,6 @@ BY_SIZE = sorted(CONFIGS, key=lambda p: next((i for i, m in enumerate(LARGEST_FI
 #: machine (2d41a1e), a third of the slow tier; `scripts/validate_all_configs.py` validates them at 64
 FEWER_IMAGES = ("llava15_clip_l336",)
 runner = CliRunner()
-
-
-def ort_outputs(path: Path, batch: np.ndarray) -> list[np.ndarray]:
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    return session.run(None, {"input": batch})
 
 
 def cli_export(config: Path, tmp_path: Path) -> tuple[Path, dict]:
@@ -121,17 +113,14 @@ def test_every_config_passes_validate_with_default_settings(config, exported, tm
     bf16 graph, with the reason.
 
     An fp32 or fp16 export gets ONNX Runtime's fused copy first (as `export --format onnx-ort` writes it), so the ``ort``
-    report is the fused graph's; model.onnx is held to it on ONNX Runtime directly (same images, the precision's
-    tolerance), and OpenVINO runs model.onnx's inlined bodies."""
+    report is the fused graph's and OpenVINO runs model.onnx's inlined bodies (model.onnx itself on ONNX Runtime is the
+    default suite's, above, and bf16's here). The two graphs are not compared with each other directly: on random
+    weights a near-tied merge choice flips between them (DINOv2-S PiToMe, 1 of 4 images), which only validate's replay
+    of the reference with the runtime's choices can judge."""
     out = exported(config.stem)
     manifest = json.loads((out / "manifest.json").read_text())
     if manifest["config"]["export"]["precision"] in FUSABLE_PRECISIONS:
         out = exported.with_ort_copy(config.stem, tmp_path / config.stem)
-        batch = seeded_batch(4, tuple(manifest["model"]["img_size"]))
-        plain, fused = (ort_outputs(out / name, batch) for name in ("model.onnx", "model.ort.onnx"))
-        atol = {"fp32": 1e-4, "fp16": 5e-2}[manifest["config"]["export"]["precision"]]
-        for a, b in zip(plain, fused, strict=True):
-            np.testing.assert_allclose(b.astype(np.float32), a.astype(np.float32), rtol=0, atol=atol * max(1.0, float(np.abs(a).max())))
     backends = ["ort"]
     if openvino_version() is not None:
         if manifest["config"]["export"]["precision"] == "bf16":  # refused by design (tests/backends/test_openvino.py)
