@@ -56,6 +56,7 @@ def read(outdir: Path, name: str) -> dict:
     return json.loads((outdir / name).read_text())
 
 
+@pytest.mark.slow  # the dry run (one module fixture) takes about 70 s on the 2-core machine: the slow tier runs it
 def test_dry_run_passes_every_step_and_writes_json_naming_the_device(dry_run):
     outdir, done = dry_run
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -81,6 +82,7 @@ def test_dry_run_passes_every_step_and_writes_json_naming_the_device(dry_run):
     assert all(f"== {step}: ok (exit 0" in log for step in STEPS)
 
 
+@pytest.mark.slow
 def test_dry_run_selftest_runs_every_kernel_in_the_interpreter(dry_run):
     from deploytk.ops import OPS
 
@@ -93,6 +95,7 @@ def test_dry_run_selftest_runs_every_kernel_in_the_interpreter(dry_run):
     assert numbers["cases"] == numbers["passed_cases"] == len(cases) and numbers["ops"] == len(OPS) and numbers["passed"]
 
 
+@pytest.mark.slow
 def test_dry_run_gpu_tests_step_collects_the_gpu_tests(dry_run):
     outdir, _ = dry_run
     report = read(outdir, "gpu_tests.json")
@@ -104,6 +107,7 @@ def test_dry_run_gpu_tests_step_collects_the_gpu_tests(dry_run):
         assert report["skipped"] == len(names) and all("needs a CUDA GPU" in t["message"] for t in report["tests"])
 
 
+@pytest.mark.slow
 def test_dry_run_benchmarks_run_the_kernels(dry_run):
     outdir, _ = dry_run
     numbers = read(outdir, "summary.json")["numbers"]
@@ -123,6 +127,7 @@ def test_dry_run_benchmarks_run_the_kernels(dry_run):
     assert set(summary_row["speedup"]) == variants - {"dense"}
 
 
+@pytest.mark.slow
 def test_dry_run_prints_the_summary_last(dry_run):
     outdir, done = dry_run
     printed = done.stdout.rstrip("\n").split("\n\n")[-1]
