@@ -63,7 +63,7 @@ class ExportCache:
 
     def with_ort_copy(self, stem: str, dest: Path, **overrides) -> Path:
         """The shared export at ``dest`` with ONNX Runtime's fused copy added, as ``fmt='onnx-ort'`` writes it: its files
-        hard-linked (no disk, no second torch export), the manifest copied and extended; ``dest`` holds the only new file."""
+        hard-linked (no second torch export), the manifest and any external data copied, the manifest extended."""
         import onnx
 
         from deploytk.exporter.artifacts import MANIFEST_FILE, MODEL_FILE, read_manifest, write_manifest
@@ -71,8 +71,11 @@ class ExportCache:
 
         source = self(stem, **overrides)
 
-        def link(src: str, dst: str) -> None:  # the manifest is rewritten below: a copy, never a link to the shared one
-            shutil.copy2(src, dst) if Path(src).name == MANIFEST_FILE else os.link(src, dst)
+        def link(src: str, dst: str) -> None:
+            # the manifest is rewritten below: a copy, never a link to the shared one; ONNX external data too, which onnx
+            # refuses to read through a file with several hard links ("a potential hardlink attack": CLIP-L/336's weights)
+            name = Path(src).name
+            shutil.copy2(src, dst) if name == MANIFEST_FILE or name.endswith(".data") else os.link(src, dst)
 
         shutil.copytree(source, dest, copy_function=link)
         manifest = read_manifest(dest)
