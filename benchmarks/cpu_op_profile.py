@@ -52,7 +52,7 @@ def weighted_nodes(proto: onnx.ModelProto) -> set[str]:
     return {n.name for n in proto.graph.node if n.op_type in ("MatMul", "Gemm") and any(i in weights for i in n.input)}
 
 
-def profile_ort(path: Path, batch: int, iterations: int, threads: int = 0) -> dict[str, float]:
+def profile_ort(path: Path, kind, batch: int, iterations: int, threads: int = 0) -> dict[str, float]:
     import onnxruntime as ort
 
     proto = onnx.load(str(path))
@@ -65,9 +65,9 @@ def profile_ort(path: Path, batch: int, iterations: int, threads: int = 0) -> di
         options.log_severity_level = 3
         options.intra_op_num_threads = threads  # 0: ONNX Runtime's default, one per physical core
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        x = seeded_batch(batch, proto_img_size(proto))
+        x = seeded_batch(batch, kind)
         for _ in range(3 + iterations):
-            session.run(None, {"input": x})
+            session.run(None, {kind.onnx_name: x})
         events = json.loads(Path(session.end_profiling()).read_text())
     runs = [e for e in events if e.get("name") == "model_run"][3:]
     per_run = [collections.Counter() for _ in runs]
@@ -85,7 +85,7 @@ def profile_ort(path: Path, batch: int, iterations: int, threads: int = 0) -> di
     return result
 
 
-def profile_openvino(proto: onnx.ModelProto, batch: int, iterations: int, threads: int = 0) -> dict[str, float]:
+def profile_openvino(proto: onnx.ModelProto, kind, batch: int, iterations: int, threads: int = 0) -> dict[str, float]:
     import openvino
 
     from deploytk.backends.openvino_backend import cpu_threads
@@ -95,12 +95,11 @@ def profile_openvino(proto: onnx.ModelProto, batch: int, iterations: int, thread
     core = openvino.Core()
     with runnable(proto) as source:  # bytes, or a temporary file with external data past protobuf's limit
         model = core.read_model(io.BytesIO(source) if isinstance(source, bytes) else source)
-    img = proto_img_size(proto)
-    model.reshape({model.inputs[0].get_any_name(): [batch, 3, *img]})
+    model.reshape({model.inputs[0].get_any_name(): list(kind.batch_shape(batch))})
     config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": threads or cpu_threads(), "INFERENCE_PRECISION_HINT": "f32"}
     config["PERF_COUNT"] = True
     request = core.compile_model(model, "CPU", config).create_infer_request()
-    x = seeded_batch(batch, img)
+    x = seeded_batch(batch, kind)
     for _ in range(3):
         request.infer({0: x})
     per_run = []
@@ -116,15 +115,10 @@ def profile_openvino(proto: onnx.ModelProto, batch: int, iterations: int, thread
     return {g: float(np.median([c[g] for c in per_run])) for g in groups}
 
 
-def proto_img_size(proto: onnx.ModelProto) -> tuple[int, int]:
-    dims = proto.graph.input[0].type.tensor_type.shape.dim
-    return dims[2].dim_value, dims[3].dim_value
-
-
 #: --runtime: each runtime's own per-node profiler (ONNX Runtime's profiling JSON, OpenVINO's performance counters)
 PROFILERS = {
     "ort": profile_ort,
-    "openvino": lambda path, batch, iterations, threads: profile_openvino(onnx.load(str(path)), batch, iterations, threads),
+    "openvino": lambda path, kind, batch, iterations, threads: profile_openvino(onnx.load(str(path)), kind, batch, iterations, threads),
 }
 
 
@@ -158,7 +152,7 @@ def main(argv=None) -> int:
     paths = {"merged": artifact.onnx_path, "dense": baseline_onnx(artifact)}
     table = {}
     for name, path in paths.items():
-        table[name] = PROFILERS[args.runtime](path, args.batch, args.iterations, args.threads)
+        table[name] = PROFILERS[args.runtime](path, artifact.input_kind, args.batch, args.iterations, args.threads)
     report = {"artifact": str(args.artifact), "runtime": args.runtime, "batch": args.batch, "threads": args.threads or "default"}
     report["ms"] = table
     if args.output:

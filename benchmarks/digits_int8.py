@@ -67,8 +67,8 @@ def measure(path: Path, folder: Path, digits: Path, calibration: int) -> dict | 
         "validate": {},
         "quantize_seconds": {},
     }
-    transform = build_reference(cfg).family.eval_transform()
-    held_out = folder_batches(digits / "val", 64, 8, transform)
+    family = build_reference(cfg).family
+    held_out = folder_batches(digits / "val", 64, 8, family.eval_transform(), family.input_kind)
     for runtime in INT8:
         out = folder / f"{path.stem}-int8-{runtime}"
         t0 = time.perf_counter()

@@ -36,6 +36,7 @@ import sys
 from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -177,7 +178,7 @@ def main(argv=None) -> dict:
         schedule = nets["tome"].schedule
         launches[name] = {}
         for batch in batches:
-            x = torch.randn(batch, 3, 224, 224, device=device, dtype=dtype)
+            x = torch.from_numpy(nets["tome"].family.input_kind.synthetic(batch, np.random.default_rng(0))).to(device, dtype)
             ms = {}
             with torch.inference_mode():
                 for key, net in nets.items():

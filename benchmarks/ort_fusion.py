@@ -143,20 +143,21 @@ def main(argv=None) -> int:
         sessions = {name: ort_session(graphs[name], spinning=False) for name in order}
         rows = []
         for b in batches:
-            x = seeded_batch(b, artifact.img_size)
-            reference = {"model.onnx": sessions["model.onnx"].run(None, {"input": x})[0]}
+            x = seeded_batch(b, artifact.input_kind)
+            feed = {artifact.input_kind.onnx_name: x}
+            reference = {"model.onnx": sessions["model.onnx"].run(None, feed)[0]}
             reference |= {n: reference["model.onnx"] for n in order if not n.startswith("dense")}
-            reference["dense"] = sessions["dense"].run(None, {"input": x})[0]
+            reference["dense"] = sessions["dense"].run(None, feed)[0]
             reference["dense fused"] = reference["dense"]
-            diffs = {n: float(np.abs(sessions[n].run(None, {"input": x})[0] - reference[n]).max()) for n in order}
+            diffs = {n: float(np.abs(sessions[n].run(None, feed)[0] - reference[n]).max()) for n in order}
             for _ in range(args.warmup):
                 for n in order:
-                    sessions[n].run(None, {"input": x})
+                    sessions[n].run(None, feed)
             times: dict[str, list[float]] = {n: [] for n in order}
             for _ in range(args.iterations):
                 for n in order:
                     t0 = time.perf_counter()
-                    sessions[n].run(None, {"input": x})
+                    sessions[n].run(None, feed)
                     times[n].append((time.perf_counter() - t0) * 1e3)
             medians = {n: float(np.median(times[n])) for n in order}
             rows.append(

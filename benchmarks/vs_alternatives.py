@@ -146,7 +146,7 @@ def ort_plain(dense: bool = False):
 
         art = Artifact.open(row.artifact.directory)
         path = baseline_onnx(art) if dense else art.onnx_path
-        model = OrtModel(ort_session(path, "ort", spinning=False), art.img_size, file=path.name)
+        model = OrtModel(ort_session(path, "ort", spinning=False), art.input_kind, file=path.name)
         return Ready(lambda x: model.run(x)[art.output_name], model.timer(row.spec["batch"]), {"settings": model.settings()})
 
     return factory
@@ -280,7 +280,7 @@ def dense_ort_optimized(row: Row) -> Ready:
     path = row.tmp / "dense_ort_optimized.onnx"
     optimized.save_model_to_file(str(path))
     stats = dict(optimized.get_fused_operator_statistics())  # zeros kept: an unfused Attention shows as 0
-    model = OrtModel(ort_session(path, "ort", spinning=False), art.img_size)
+    model = OrtModel(ort_session(path, "ort", spinning=False), art.input_kind)
     info = {"setup_s": round(time.perf_counter() - t0, 1), "fused_operators": stats, "settings": model.settings()}
     info["optimizer"] = {
         "model_type": "vit",
@@ -385,7 +385,7 @@ def run_row(spec: dict) -> dict:
         manifest = artifact.manifest
         result |= {"gflops": round(manifest["gflops"], 3), "dense_gflops": round(manifest["dense_gflops"], 3)}
         result["flops_ratio"] = round(manifest["dense_gflops"] / manifest["gflops"], 3)
-        row = Row(spec, model, artifact, seeded_batch(spec["batch"], artifact.img_size), Path(tmp))
+        row = Row(spec, model, artifact, seeded_batch(spec["batch"], artifact.input_kind), Path(tmp))
         with torch.inference_mode():
             references = {"dense": _first_tensor(model(torch.from_numpy(row.x))).numpy()}
             references["reduced"] = _first_tensor(

@@ -112,10 +112,10 @@ def calibrate_config(
         model = build_reference(cfg)
         progress.step("loading calibration images")
         if images is not None:
-            batches = folder_batches(images, num_images, batch_size, model.family.eval_transform())
+            batches = folder_batches(images, num_images, batch_size, model.family.eval_transform(), model.family.input_kind)
             source = f"images: {images}"
         else:
-            batches = synthetic_batches(synthetic, batch_size, model.family.img_size)  # export.img_size: null is the model's own
+            batches = synthetic_batches(synthetic, batch_size, model.family.input_kind)  # export.img_size: null is the model's own
             source = f"synthetic: {synthetic} seeded standard-normal images"
         data, report = calibrate(cfg, batches, quantile, source, progress, model)
         header = f"# Calibrated by `deploytk calibrate {config}` ({report['statistic']}).\n"

@@ -60,7 +60,11 @@ def openvino_report() -> dict:
 EXTRAS = {
     "openvino": (("openvino",), "the openvino backend (CPU)"),
     "int8": (("openvino", "nncf"), "deploytk quantize for the openvino runtime (NNCF); for ort / trt it needs nothing more"),
-    "hf": (("transformers",), "`model: hf:<folder or hub id>`: Hugging Face transformers ViT, DeiT, DINOv2, CLIP and SigLIP image towers"),
+    "hf": (
+        ("transformers",),
+        "`model: hf:<folder or hub id>`: Hugging Face transformers ViT, DeiT, DINOv2, CLIP, SigLIP, VideoMAE, ViViT and AST",
+    ),
+    "media": (("av", "soundfile", "scipy"), "real video and audio files (PyAV, soundfile) for the video and audio families"),
     "gpu": (("onnxruntime-gpu", "triton"), "the ort-cuda backend, the Triton kernels (torch backend on a GPU, selftest, plugins compile)"),
     "tensorrt": (("tensorrt", "polygraphy"), "deploytk build, the trt backend"),
     "serve": (("tritonclient",), "a client for the Triton server repositories `deploytk package` writes"),
@@ -82,6 +86,9 @@ EXTRAS = {
             "mkdocs",
             "mkdocs-material",
             "mkdocstrings-python",
+            "av",
+            "soundfile",
+            "scipy",
         ),
         "make test",
     ),

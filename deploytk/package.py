@@ -32,7 +32,6 @@ import onnx
 
 from deploytk.backends.engine_manifest import onnx_mismatch, read_engine_manifest
 from deploytk.backends.openvino_backend import OpenVinoBackend
-from deploytk.data import image_files
 from deploytk.errors import DeploytkError
 from deploytk.exporter.artifacts import ENGINE_FILE, ENGINE_MANIFEST_FILE, Artifact
 from deploytk.exporter.onnx_io import data_file_name
@@ -122,14 +121,14 @@ def package_triton(
     default: seeded synthetic images)."""
     if images is not None and runtime != _OPENVINO["backend"]:
         raise DeploytkError("`images=` is for `runtime=openvino`: the images the IR is validated on before it is written.")
-    if images is not None:
-        image_files(images, 1)  # a missing folder, or one without images, is refused before any work
     if max_batch is not None and max_batch < 1:
         raise DeploytkError(f"`max_batch={max_batch}`: must be an int >= 1 (Triton's max_batch_size for a batching model).")
     if runtime is not None and runtime not in TRITON_RUNTIMES:
         raise DeploytkError(f"`runtime={runtime!r}`: Triton backends deploytk packages for are {', '.join(TRITON_RUNTIMES)}.")
     progress.step("checking the artifact")
     artifact = Artifact.open(directory)  # model.onnx must match its manifest's sha256
+    if images is not None:
+        artifact.input_kind.files(images, 1, "images")  # a missing folder, or one without samples, is refused before any work
     model_name = _model_name(name, artifact.directory)
     repository = Path(repository)
     with claim_directory(repository / model_name, TRITON_MODEL, option="`triton=`/`name=`", force=force) as target:

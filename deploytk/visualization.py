@@ -107,10 +107,15 @@ def trace(
         raise DeploytkError(
             "`artifacts=` is read by a runtime (`backend=ort`, ...); `backend=reference` draws the PyTorch reference's own choices."
         )
-    require_image_file(image)
     artifact = Artifact.open(Path(artifacts)) if artifacts is not None else None
     progress.step("building the PyTorch reference")
     model = build_reference(cfg).eval()
+    kind = model.family.input_kind
+    if not kind.drawn:
+        raise DeploytkError(
+            f"visualize draws the merges of image models; {cfg.model} takes {kind.nouns} ({kind.describe()}), which it does not draw yet."
+        )
+    require_image_file(image)
     if artifact is not None:
         artifact.require_exported_from(cfg, config_name, model.family.img_size)
     if not model.blocks_run:

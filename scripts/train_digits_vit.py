@@ -70,14 +70,14 @@ def seed_everything(seed: int, threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def load_split(folder, transform):
+def load_split(folder, transform, kind):
     import numpy as np
     import torch
 
-    from deploytk.data import load_images
+    from deploytk.data import load_samples
 
     files = [f for f, _ in folder.samples]
-    x = torch.from_numpy(load_images(files, transform))
+    x = torch.from_numpy(load_samples(files, transform, kind))
     y = torch.from_numpy(np.array([c for _, c in folder.samples], dtype=np.int64))
     return x, y
 
@@ -157,9 +157,10 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="digits-") as tmp:
         data_root = args.data or Path(tmp) / "digits"
         counts = write_digits_imagefolder(data_root, img_size=img_size)
-        transform = adapt(model).eval_transform()
-        x_train, y_train = load_split(scan_image_folder(data_root / "train"), transform)
-        x_val, y_val = load_split(scan_image_folder(data_root / "val"), transform)
+        family = adapt(model)
+        transform = family.eval_transform()
+        x_train, y_train = load_split(scan_image_folder(data_root / "train"), transform, family.input_kind)
+        x_val, y_val = load_split(scan_image_folder(data_root / "val"), transform, family.input_kind)
     print(
         f"data: {counts['num_train']} train / {counts['num_val']} val images ({time.perf_counter() - t_data:.1f} s); "
         f"transform: {transform}".replace("\n", " "),

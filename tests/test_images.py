@@ -13,8 +13,9 @@ import pytest
 from PIL import Image
 
 from deploytk.adapters import adapt
-from deploytk.data import load_images, read_rgb
+from deploytk.data import load_samples, read_rgb
 from deploytk.errors import DeploytkError
+from deploytk.inputs import ImageInput
 
 RNG = np.random.default_rng(0)
 H, W = 20, 28  # not square: a rotation shows
@@ -94,6 +95,10 @@ def transform():
     return adapt(timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=4, embed_dim=96, num_heads=3)).eval_transform()
 
 
+#: read_rgb's images go through load_samples as an image kind's files
+IMAGE = ImageInput(3, 224, 224)
+
+
 def model_input_of(rgb: np.ndarray, transform) -> np.ndarray:
     return transform(Image.fromarray(rgb)).numpy()[None]
 
@@ -105,7 +110,7 @@ def test_png_modes_give_the_model_input_of_their_faithful_rgb(case, tmp_path, tr
     path = tmp_path / "image.png"
     write_png(path, pixels, color_type, bit_depth, PALETTE if color_type == 3 else None)
     assert np.array_equal(np.asarray(read_rgb(path)), expected_rgb)
-    assert np.array_equal(load_images([path], transform), model_input_of(expected_rgb, transform))
+    assert np.array_equal(load_samples([path], transform, IMAGE), model_input_of(expected_rgb, transform))
 
 
 def test_a_16_bit_png_is_not_read_as_white(tmp_path, transform):
@@ -135,7 +140,7 @@ def test_exif_orientation_is_applied(tmp_path, transform):
     Image.fromarray(rgb).save(path, exif=exif)
     expected = np.rot90(rgb, k=-1)
     assert np.array_equal(np.asarray(read_rgb(path)), expected)
-    assert np.array_equal(load_images([path], transform), model_input_of(np.ascontiguousarray(expected), transform))
+    assert np.array_equal(load_samples([path], transform, IMAGE), model_input_of(np.ascontiguousarray(expected), transform))
 
 
 @pytest.mark.parametrize(

@@ -91,3 +91,26 @@ def test_onnx_files_are_written_in_one_place():
         if re.search(r"\bonnx\.save(_model)?\(|\.SerializeToString\(\)", line) and "schema" not in line
     ]
     assert not found, "ONNX written or serialised outside deploytk/exporter/onnx_io.py:\n" + "\n".join(found)
+
+
+#: an input layout spelled out: a channels-first image shape (``3, *img_size``, ``("batch", 3``), or a feed by a
+#: hard-coded input name; the input kinds (``deploytk/inputs/``) own both
+LAYOUT = re.compile(r"""\b3,\s*\*\w|["']batch["'],\s*3\b|\(batch(_size)?, 3, |\{\s*["'](input|pixel_values|input_values)["']\s*:""")
+
+
+def test_no_input_layout_is_known_outside_the_input_kinds():
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for folder in ("deploytk", "benchmarks", "plugins", "serving")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if "inputs" not in path.relative_to(ROOT).parts
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if LAYOUT.search(line)
+    ]
+    assert not found, "input layouts outside deploytk/inputs/ (ask the artifact's or family's input_kind):\n" + "\n".join(found)
+
+
+def test_the_layout_check_finds_what_it_looks_for():
+    assert LAYOUT.search("x = torch.randn(batch, 3, *img_size)") and LAYOUT.search('shape=("batch", 3, *self.img_size)')
+    assert LAYOUT.search('session.run(None, {"input": x})') and LAYOUT.search("feed = {'pixel_values': clip}")
+    assert not LAYOUT.search("session.run(None, {kind.onnx_name: x})") and not LAYOUT.search("range(3, 120)")

@@ -47,7 +47,7 @@ def phases(calls) -> list[tuple[int, str, int]]:
 
 def test_validate_counts_the_images_through_the_reference_and_each_runtime(exported):
     art = exported("digits_vit_tome_r4", fmt="onnx-inlined")
-    batches = synthetic_batches(10, 4, Artifact.open(art).img_size)  # 4 + 4 + 2: the count is images, not batches
+    batches = synthetic_batches(10, 4, Artifact.open(art).input_kind)  # 4 + 4 + 2: the count is images, not batches
     progress = Recorded()
     reports = validate_each(art, ["ort", "openvino"], batches, Tolerances(), progress)
     assert all(r.passed for r in reports)

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from deploytk.errors import DeploytkError
+from deploytk.inputs import ImageInput, InputKind
 
 #: the pooling kinds ``pool_tokens`` knows: the class token, size-weighted average, max, their mix, or none (all tokens)
 POOLS = ("token", "avg", "avgmax", "max", "")
@@ -110,9 +111,11 @@ class ModelFamily:
     #: leading blocks that ``embed`` runs itself, where the tokens are not one sequence (the multi-scale ViT's two token
     #: groups before their fusion): no method reduces there and no output is taken from there; the rest are ``blocks``
     stem_blocks: int = 0
-    #: patch grid (rows, cols) and input size (H, W) the model was built for
+    #: patch grid (rows, cols) and input size (H, W) the model was built for (a video's: of one frame)
     grid_size: tuple[int, int]
     img_size: tuple[int, int]
+    #: a video's tubelet groups along time (its frames / the tubelet's): the patches are ``time_groups`` grids, time first
+    time_groups: int = 1
     embed_dim: int
     #: the MLP's hidden width (``tune`` estimates a schedule's FLOPs from it)
     mlp_dim: int
@@ -132,7 +135,13 @@ class ModelFamily:
 
     @property
     def num_patches(self) -> int:
-        return self.grid_size[0] * self.grid_size[1]
+        return self.time_groups * self.grid_size[0] * self.grid_size[1]
+
+    @property
+    def input_kind(self) -> InputKind:
+        """What one sample of the model's input is (``deploytk.inputs``): an RGB image of ``img_size`` unless the family
+        says otherwise (a video family: a clip of frames; an audio family: a spectrogram)."""
+        return ImageInput.of_size(self.img_size)
 
     @property
     def post_norm(self) -> bool:
@@ -141,7 +150,7 @@ class ModelFamily:
     # ---- the forward pass, in pieces ----------------------------------------------------
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:
-        """Images [B, 3, H, W] -> the tokens entering block ``stem_blocks`` (0 but for a stem) [B, prefix + patches, C]."""
+        """A batch of ``input_kind`` -> the tokens entering block ``stem_blocks`` (0 but for a stem) [B, prefix + patches, C]."""
         raise NotImplementedError
 
     def final_norm(self, x: torch.Tensor) -> torch.Tensor:
@@ -176,7 +185,8 @@ class ModelFamily:
         raise NotImplementedError
 
     def eval_transform(self):
-        """The family's own eval preprocessing: a PIL image -> a normalised [3, H, W] tensor at ``img_size``."""
+        """The family's own eval preprocessing: one sample as ``input_kind.read`` decodes it (an image: a PIL image) -> the
+        model's input for it (one sample of ``input_kind.shape``)."""
         raise NotImplementedError
 
     def normalization(self) -> tuple[tuple[float, ...], tuple[float, ...]]:

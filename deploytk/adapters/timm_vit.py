@@ -238,7 +238,7 @@ class TimmViT(ModelFamily):
         """timm's eval transform (``resolve_data_config`` + ``create_transform``) at the model's own input size: a model
         built with another ``img_size`` keeps its pretrained_cfg's 224, which would not fit it. Resize ratio (crop_pct),
         interpolation, mean and std stay timm's."""
-        return create_transform(**resolve_data_config({"input_size": (3, *self.img_size)}, model=self.model))
+        return create_transform(**resolve_data_config({"input_size": self.input_kind.shape}, model=self.model))
 
     def normalization(self):
         data = resolve_data_config({}, model=self.model)

@@ -41,9 +41,9 @@ class FlopReport:
     parts_gflops: dict[str, float]
 
 
-def count_flops(model: MergedViT, img_size: tuple[int, int]) -> FlopReport:
-    """FLOPs for one image, per block and in total."""
-    x = torch.zeros(1, 3, *img_size)
+def count_flops(model: MergedViT) -> FlopReport:
+    """FLOPs for one sample (an image, a clip, a spectrogram), per block and in total."""
+    x = torch.zeros(1, *model.family.input_kind.shape)
     analysis = FlopCountAnalysis(model.eval(), x).set_op_handle(**_handles())
     analysis.unsupported_ops_warnings(False).uncalled_modules_warnings(False).tracer_warnings("none")
     logging.getLogger("fvcore").setLevel(logging.ERROR)

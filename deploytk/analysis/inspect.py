@@ -47,9 +47,8 @@ def output_summary(model: MergedViT) -> dict:
 
 
 def flops_summary(model: MergedViT) -> dict:
-    img = img_size_of(model)
-    merged = count_flops(model, img)
-    dense = count_flops(MergedViT.dense(model.family, model.prop_attn, model.output), img)  # same weights, no reduction
+    merged = count_flops(model)
+    dense = count_flops(MergedViT.dense(model.family, model.prop_attn, model.output))  # same weights, no reduction
     return {
         "gflops": round(merged.total_gflops, 4),
         "gflops_per_layer": [round(v, 4) for v in merged.per_block_gflops],
@@ -75,6 +74,7 @@ def inspect_config(cfg: DeployConfig, progress: Progress = SILENT) -> dict:
         "r": cfg.merge.model_dump(mode="json")["r"] if cfg.merge.reduction.uses_r else None,  # keep-rate methods: none
         "prop_attn": cfg.merge.prop_attn,
         "method_options": method_summary(cfg)["options"],
+        "input": model.family.input_kind.record(),
         "output": output_summary(model),
         **schedule_summary(model),
         **flops,

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from deploytk.adapters import ModelFamily
-from deploytk.data import load_images
+from deploytk.data import load_samples
 from deploytk.errors import DeploytkError, file_problem
 from deploytk.files import FileOutput
 from deploytk.merging.learned import LearnedMerge
@@ -264,7 +264,7 @@ def load_image(path: Path, family: ModelFamily) -> torch.Tensor:
     """``path`` preprocessed by the model family's eval transform (as ``deploytk eval`` does): [1, 3, H, W]."""
     path = require_image_file(path)
     try:
-        return torch.from_numpy(load_images([path], family.eval_transform()))
+        return torch.from_numpy(load_samples([path], family.eval_transform(), family.input_kind))
     except DeploytkError as err:
         raise DeploytkError(f"{err.message} `image=` takes a PNG or JPG file (anything Pillow reads).") from None
 

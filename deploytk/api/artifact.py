@@ -16,7 +16,6 @@ from deploytk.api.reports import BuildReport, EvaluationReport, InspectReport, P
 from deploytk.backends import DEFAULT_BACKEND, LoadedModel, get_backend
 from deploytk.build.builder import build_engine
 from deploytk.build.options import build_options
-from deploytk.errors import DeploytkError
 from deploytk.evaluation.accuracy import evaluate as evaluate_accuracy
 from deploytk.exporter import artifacts
 from deploytk.package import package_triton
@@ -33,21 +32,21 @@ def _backends(backend: str | list[str] | tuple[str, ...]) -> list[str]:
 
 
 class Runner:
-    """The artifact loaded on one runtime: ``runner(images)`` takes a float32 array [batch, 3, H, W] and returns the
-    first output (logits, embedding, ...) as a numpy array; ``runner.run(images)`` returns every output by name."""
+    """The artifact loaded on one runtime: ``runner(inputs)`` takes a float32 array of the model's input (an image
+    model's [batch, 3, H, W], a video model's [batch, frames, 3, H, W], an audio model's [batch, time, mel]; ``input``
+    in the repr) and returns the first output (logits, embedding, ...) as a numpy array; ``runner.run(inputs)`` returns
+    every output by name."""
 
     def __init__(self, artifact: artifacts.Artifact, backend: str):
         self.backend = backend
         self.output_name = artifact.output_name
         self.img_size = artifact.img_size
+        self.input_kind = artifact.input_kind
         self._loaded: LoadedModel = get_backend(backend, validating=True).load(artifact, [1])
 
     def run(self, images: np.ndarray) -> dict[str, np.ndarray]:
         batch = np.ascontiguousarray(images, dtype=np.float32)
-        if batch.ndim != 4 or tuple(batch.shape[1:]) != (3, *self.img_size):
-            raise DeploytkError(
-                f"`images` has shape {list(batch.shape)}; this artifact takes [batch, 3, {self.img_size[0]}, {self.img_size[1]}]."
-            )
+        self.input_kind.check_batch(batch, "`images`")
         self._loaded.activate()
         try:
             return dict(self._loaded.run(batch))
@@ -58,7 +57,7 @@ class Runner:
         return self.run(images)[self.output_name]
 
     def __repr__(self) -> str:
-        return f"Runner(backend={self.backend!r}, input=[batch, 3, {self.img_size[0]}, {self.img_size[1]}], output={self.output_name!r})"
+        return f"Runner(backend={self.backend!r}, input={self.input_kind.describe()!r}, output={self.output_name!r})"
 
 
 class Artifact:

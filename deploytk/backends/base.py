@@ -21,7 +21,7 @@ from polygraphy.backend.base import BaseRunner
 from polygraphy.common import TensorMetadata
 
 from deploytk.exporter.artifacts import Artifact
-from deploytk.exporter.onnx_export import INPUT_NAME
+from deploytk.inputs import InputKind
 from deploytk.machine import host
 from deploytk.progress import SILENT, Progress
 
@@ -113,23 +113,23 @@ def host_timer(run: Callable, x, synchronize: Callable[[], None] = lambda: None)
     return timed
 
 
-def seeded_batch(batch_size: int, img_size) -> np.ndarray:
+def seeded_batch(batch_size: int, kind: InputKind) -> np.ndarray:
     """The input every timed run of a profile sees (merged and unmerged alike)."""
-    return np.random.default_rng(0).standard_normal((batch_size, 3, *img_size), dtype=np.float32)
+    return kind.synthetic(batch_size, np.random.default_rng(0))
 
 
 class ModelRunner(BaseRunner):
     """A loaded model as a Polygraphy runner, so any backend plugs into Polygraphy's Comparator."""
 
-    def __init__(self, model: LoadedModel, img_size, name: str, on_batch: Callable[[int], None] | None = None):
-        """``on_batch(images)`` after each batch: how the validator counts images done."""
+    def __init__(self, model: LoadedModel, kind: InputKind, name: str, on_batch: Callable[[int], None] | None = None):
+        """``on_batch(samples)`` after each batch: how the validator counts samples done."""
         super().__init__(name=name, prefix="deploytk-runner")
         self.model = model
-        self.img_size = tuple(img_size)
+        self.kind = kind
         self.on_batch = on_batch
 
     def get_input_metadata_impl(self):
-        return TensorMetadata().add(INPUT_NAME, dtype=np.float32, shape=("batch", 3, *self.img_size))
+        return TensorMetadata().add(self.kind.onnx_name, dtype=np.float32, shape=("batch", *self.kind.shape))
 
     def activate_impl(self):
         self.model.activate()
@@ -139,7 +139,7 @@ class ModelRunner(BaseRunner):
 
     def infer_impl(self, feed_dict):
         start = time.perf_counter()
-        batch = np.ascontiguousarray(feed_dict[INPUT_NAME])
+        batch = np.ascontiguousarray(feed_dict[self.kind.onnx_name])
         out = self.model.run(batch)
         self.inference_time = time.perf_counter() - start
         if self.on_batch is not None:

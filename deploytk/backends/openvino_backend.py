@@ -36,6 +36,7 @@ from deploytk.exporter.artifacts import Artifact
 from deploytk.exporter.baseline import baseline_onnx, quantized_baseline_path, verified_quantized_baseline
 from deploytk.exporter.inline import inline_deploytk_functions
 from deploytk.exporter.onnx_io import runnable
+from deploytk.inputs import InputKind
 from deploytk.ops import MATCHING_OPS
 from deploytk.optional import openvino_version, require_openvino
 from deploytk.progress import SILENT, Progress
@@ -123,11 +124,11 @@ class OpenVinoModel(LoadedModel):
     (DeiT-S ToMe r=16: 32.8 ms instead of 26.4 ms merged, 52.7 instead of 45.8 ms dense).
     """
 
-    def __init__(self, core, model, output_names: list[str], img_size, config: dict, emulation: str | None = None):
+    def __init__(self, core, model, output_names: list[str], kind: InputKind, config: dict, emulation: str | None = None):
         self.core, self.model, self.config = core, model, config
         # the ONNX graph's names, in its order (OpenVINO's are a set per tensor, merged where its passes fuse nodes)
         self.output_names = output_names
-        self.img_size = tuple(img_size)
+        self.kind = kind
         self.emulation = emulation
         self.batch_size, self.compiled = None, None
 
@@ -136,7 +137,7 @@ class OpenVinoModel(LoadedModel):
         if batch_size != self.batch_size:
             self.compiled = None  # release the other batch size's threads and memory first
             model = self.model.clone()
-            model.reshape({model.inputs[0].get_any_name(): [batch_size, 3, *self.img_size]})
+            model.reshape({model.inputs[0].get_any_name(): list(self.kind.batch_shape(batch_size))})
             self.compiled = self.core.compile_model(model, "CPU", self.config).create_infer_request()
             self.batch_size = batch_size
         return self.compiled
@@ -149,7 +150,7 @@ class OpenVinoModel(LoadedModel):
 
     def timer(self, batch_size):
         request = self.request(batch_size)
-        return host_timer(lambda x: request.infer({0: x}), seeded_batch(batch_size, self.img_size))
+        return host_timer(lambda x: request.infer({0: x}), seeded_batch(batch_size, self.kind))
 
     def settings(self) -> dict:
         fusion = {"attention_fusion": attention_fusion(self.compiled.get_compiled_model(), self.model)} if self.compiled else {}
@@ -215,7 +216,7 @@ class OpenVinoBackend(Backend):
         else:
             model, outputs = core.read_model(str(path)), [o["name"] for o in artifact.manifest["outputs"]]
         stable_topk(model)
-        return OpenVinoModel(core, model, outputs, artifact.img_size, self.settings(hint), note)
+        return OpenVinoModel(core, model, outputs, artifact.input_kind, self.settings(hint), note)
 
     def load(self, artifact, batch_sizes, graph=None, progress: Progress = SILENT) -> OpenVinoModel:
         core = self.core()

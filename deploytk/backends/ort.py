@@ -18,9 +18,9 @@ from deploytk.backends.bf16_emulation import EMULATION_NOTE, emulate_bf16
 from deploytk.errors import DeploytkError
 from deploytk.exporter.artifacts import Artifact
 from deploytk.exporter.baseline import baseline_onnx, fused_baseline_onnx
-from deploytk.exporter.onnx_export import INPUT_NAME
 from deploytk.exporter.onnx_io import runnable
 from deploytk.exporter.probes import choice_inputs_quantized
+from deploytk.inputs import InputKind
 from deploytk.progress import SILENT, Progress
 
 #: ONNX Runtime's CUDA provider runs fp32 MatMul/Conv in TF32 by default (10-bit mantissa), far
@@ -59,19 +59,21 @@ def ort_session(path: Path | bytes, backend: str = "ort", spinning: bool = True)
 
 
 class OrtModel(LoadedModel):
-    def __init__(self, session, img_size, emulation: str | None = None, graph: onnx.ModelProto | None = None, file: str | None = None):
+    def __init__(
+        self, session, kind: InputKind, emulation: str | None = None, graph: onnx.ModelProto | None = None, file: str | None = None
+    ):
         self.session = session
         self.graph = graph
         self.file = file  # the graph's file name, for the report
-        self.img_size = tuple(img_size)
+        self.kind = kind
         self.emulation = emulation
         self.output_names = [o.name for o in session.get_outputs()]
 
     def run(self, batch):
-        return dict(zip(self.output_names, self.session.run(None, {INPUT_NAME: batch}), strict=True))
+        return dict(zip(self.output_names, self.session.run(None, {self.kind.onnx_name: batch}), strict=True))
 
     def timer(self, batch_size):
-        return host_timer(lambda x: self.session.run(None, {INPUT_NAME: x}), seeded_batch(batch_size, self.img_size))
+        return host_timer(lambda x: self.session.run(None, {self.kind.onnx_name: x}), seeded_batch(batch_size, self.kind))
 
     def quantized_choices(self) -> list[str]:
         return choice_inputs_quantized(self.graph) if self.graph is not None else []
@@ -113,7 +115,7 @@ class OrtBackend(Backend):
             graph, emulation = self.graph(artifact)
         with runnable(graph) as source:  # bytes, or a temporary file with external data past protobuf's limit
             session = ort_session(source, self.name)
-        return OrtModel(session, artifact.img_size, emulation, graph, self.graph_path(artifact).name)
+        return OrtModel(session, artifact.input_kind, emulation, graph, self.graph_path(artifact).name)
 
     def load_for_timing(self, artifact, batch_sizes, progress: Progress = SILENT) -> tuple[OrtModel, OrtModel]:
         artifact.require_runtime(f"`backend={self.name}`", ("ort", "trt"))
@@ -127,5 +129,5 @@ class OrtBackend(Backend):
         merged_path = self.graph_path(artifact)
         dense_path = fused_baseline_onnx(artifact) if merged_path != artifact.onnx_path else baseline_onnx(artifact)
         sessions = [ort_session(path, self.name, spinning=False) for path in (merged_path, dense_path)]
-        merged, dense = (OrtModel(s, artifact.img_size, file=p.name) for s, p in zip(sessions, (merged_path, dense_path), strict=True))
+        merged, dense = (OrtModel(s, artifact.input_kind, file=p.name) for s, p in zip(sessions, (merged_path, dense_path), strict=True))
         return merged, dense

@@ -10,15 +10,16 @@ import torch
 from deploytk.backends.base import Backend, LoadedModel, host_timer, seeded_batch
 from deploytk.errors import DeploytkError
 from deploytk.exporter.baseline import dense_model
+from deploytk.inputs import InputKind
 from deploytk.merging.precision import to_precision
 from deploytk.models import build_reference
 from deploytk.progress import SILENT, Progress
 
 
 class TorchModel(LoadedModel):
-    def __init__(self, module: torch.nn.Module, img_size, device: str, output_names: list[str] | None = None):
+    def __init__(self, module: torch.nn.Module, kind: InputKind, device: str, output_names: list[str] | None = None):
         self.module = module.eval()
-        self.img_size = tuple(img_size)
+        self.kind = kind
         self.device = device
         #: the names its outputs are compared under (an artifact's, which an older export may name otherwise)
         self.output_names = output_names or getattr(module, "output_names", ["logits"])
@@ -37,7 +38,7 @@ class TorchModel(LoadedModel):
             with torch.inference_mode():
                 self.module(x)
 
-        return host_timer(run, torch.from_numpy(seeded_batch(batch_size, self.img_size)).to(self.device), sync)
+        return host_timer(run, torch.from_numpy(seeded_batch(batch_size, self.kind)).to(self.device), sync)
 
 
 class TorchBackend(Backend):
@@ -58,4 +59,4 @@ class TorchBackend(Backend):
         merged = build_reference(artifact.reference_config)
         dense = dense_model(merged, precision).to(device)
         merged = to_precision(merged, precision).to(device)
-        return TorchModel(merged, artifact.img_size, device), TorchModel(dense, artifact.img_size, device)
+        return TorchModel(merged, artifact.input_kind, device), TorchModel(dense, artifact.input_kind, device)

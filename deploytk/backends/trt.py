@@ -25,7 +25,7 @@ from deploytk.backends.engine_manifest import check_engine, gpu_identity, read_e
 from deploytk.errors import DeploytkError
 from deploytk.exporter.artifacts import BASELINE_ENGINE_FILE, ENGINE_FILE, Artifact
 from deploytk.exporter.manifest import sha256_file
-from deploytk.exporter.onnx_export import INPUT_NAME
+from deploytk.inputs import InputKind
 from deploytk.optional import require_tensorrt
 from deploytk.progress import SILENT, Progress
 
@@ -67,9 +67,9 @@ def read_engine(directory: Path, what: str, baseline: bool = False) -> bytes:
 class TrtModel(LoadedModel):
     """One engine: outputs through Polygraphy's TrtRunner, latency through ``EngineTimer``."""
 
-    def __init__(self, engine: bytes, img_size):
+    def __init__(self, engine: bytes, kind: InputKind):
         self.engine = engine
-        self.img_size = tuple(img_size)
+        self.kind = kind
         self._runner = None
         self._timer = None
 
@@ -85,12 +85,12 @@ class TrtModel(LoadedModel):
             self._runner = None
 
     def run(self, batch):
-        return dict(self._runner.infer({INPUT_NAME: batch}))
+        return dict(self._runner.infer({self.kind.onnx_name: batch}))
 
     def timer(self, batch_size):
         if self._timer is None:
-            self._timer = EngineTimer(self.engine, INPUT_NAME)
-        self._timer.prepare(batch_size, (3, *self.img_size))
+            self._timer = EngineTimer(self.engine, self.kind.onnx_name)
+        self._timer.prepare(batch_size, self.kind.shape)
         return self._timer.time_once
 
 
@@ -109,13 +109,13 @@ class TrtBackend(Backend):
     def load(self, artifact, batch_sizes, graph=None, progress: Progress = SILENT) -> TrtModel:
         what = "validate `backend=trt`"
         check_batch_sizes(checked_engine_manifest(artifact, what), batch_sizes, what)  # refuse a stale engine before any work
-        return TrtModel(read_engine(artifact.directory, what), artifact.img_size)
+        return TrtModel(read_engine(artifact.directory, what), artifact.input_kind)
 
     def load_for_timing(self, artifact, batch_sizes, progress: Progress = SILENT) -> tuple[TrtModel, TrtModel]:
         what = "profile `backend=trt`"
         check_batch_sizes(checked_engine_manifest(artifact, what), batch_sizes, what)
         progress.step("loading the TensorRT engines")
-        return tuple(TrtModel(read_engine(artifact.directory, what, baseline), artifact.img_size) for baseline in (False, True))
+        return tuple(TrtModel(read_engine(artifact.directory, what, baseline), artifact.input_kind) for baseline in (False, True))
 
 
 class EngineTimer:
@@ -153,9 +153,9 @@ class EngineTimer:
         self.graph = None
         self.cuda_graph = False
 
-    def prepare(self, batch: int, image_shape: tuple[int, int, int]) -> None:
-        if not self.context.set_input_shape(self.input_name, (batch, *image_shape)):
-            raise DeploytkError(f"TensorRT refused input shape {(batch, *image_shape)} (outside the engine's optimization profile?).")
+    def prepare(self, batch: int, sample_shape: tuple[int, ...]) -> None:
+        if not self.context.set_input_shape(self.input_name, (batch, *sample_shape)):
+            raise DeploytkError(f"TensorRT refused input shape {(batch, *sample_shape)} (outside the engine's optimization profile?).")
         self.buffers = {}
         for name, is_input in self.is_input.items():
             shape = tuple(self.context.get_tensor_shape(name))

@@ -30,9 +30,9 @@ from deploytk.errors import DeploytkError
 from deploytk.exporter.artifacts import BASELINE_ENGINE_FILE, ENGINE_FILE, ENGINE_MANIFEST_FILE, MODEL_FILE, Artifact, require_artifact_dir
 from deploytk.exporter.baseline import baseline_onnx
 from deploytk.exporter.manifest import now_utc, sha256_file
-from deploytk.exporter.onnx_export import INPUT_NAME
 from deploytk.exporter.onnx_io import runnable
 from deploytk.files import write_atomically
+from deploytk.inputs import InputKind
 from deploytk.optional import require_tensorrt
 from deploytk.progress import SILENT, Progress
 
@@ -53,7 +53,7 @@ def build_engine(directory: Path, options: BuildOptions, progress: Progress = SI
     import tensorrt as trt  # optional: guarded above
 
     artifact = Artifact.open(directory)  # also checks model.onnx against its sha256
-    directory, manifest = artifact.directory, artifact.manifest
+    directory = artifact.directory
     gpu, capability = gpu_identity()
     exported = onnx.load(str(artifact.onnx_path))
     check_tensorrt_supports(exported, options, trt.__version__)
@@ -65,13 +65,13 @@ def build_engine(directory: Path, options: BuildOptions, progress: Progress = SI
     _force_aot(model, plugin_ops)
 
     logger = trt.Logger(trt.Logger.WARNING)
-    shape = manifest["inputs"][0]["shape"]
-    serialized, seconds = _build(trt, logger, model, options, shape, directory / MODEL_FILE, progress, "merged model")
+    kind = artifact.input_kind
+    serialized, seconds = _build(trt, logger, model, options, kind, directory / MODEL_FILE, progress, "merged model")
     baseline = None
     if options.baseline:
         progress.step("exporting the unmerged baseline (same weights and precision)")
         dense_path = baseline_onnx(artifact)
-        dense_bytes, dense_seconds = _build(trt, logger, onnx.load(str(dense_path)), options, shape, dense_path, progress, "baseline")
+        dense_bytes, dense_seconds = _build(trt, logger, onnx.load(str(dense_path)), options, kind, dense_path, progress, "baseline")
         baseline = {"file": BASELINE_ENGINE_FILE, "onnx_sha256": sha256_file(dense_path), "build_seconds": round(dense_seconds, 1)}
         write_atomically(directory / BASELINE_ENGINE_FILE, dense_bytes)
     record = engine_manifest(
@@ -90,7 +90,7 @@ def build_engine(directory: Path, options: BuildOptions, progress: Progress = SI
     return record
 
 
-def _build(trt, logger, model: onnx.ModelProto, options: BuildOptions, input_shape, source: Path, progress: Progress, what: str):
+def _build(trt, logger, model: onnx.ModelProto, options: BuildOptions, kind: InputKind, source: Path, progress: Progress, what: str):
     """Parse ``model`` into a strongly typed network and build it: (serialized engine, seconds)."""
     builder = trt.Builder(logger)
     network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
@@ -107,10 +107,9 @@ def _build(trt, logger, model: onnx.ModelProto, options: BuildOptions, input_sha
 
     config = builder.create_builder_config()
     config.builder_optimization_level = options.opt_level
-    _, channels, height, width = input_shape
     lo, opt, hi = options.batch
     profile = builder.create_optimization_profile()
-    profile.set_shape(INPUT_NAME, (lo, channels, height, width), (opt, channels, height, width), (hi, channels, height, width))
+    profile.set_shape(kind.onnx_name, kind.batch_shape(lo), kind.batch_shape(opt), kind.batch_shape(hi))
     config.add_optimization_profile(profile)
     cache_path = Path(options.timing_cache) if options.timing_cache else None
     attach_timing_cache(config, cache_path)

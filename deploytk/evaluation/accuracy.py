@@ -26,7 +26,7 @@ import torch
 
 from deploytk.backends import DEFAULT_BACKEND, Backend, get_backend
 from deploytk.config import DeployConfig
-from deploytk.data import IMAGE_SUFFIXES, load_images
+from deploytk.data import IMAGE_SUFFIXES, load_samples
 from deploytk.errors import DeploytkError
 from deploytk.exporter.artifacts import Artifact
 from deploytk.exporter.pipeline import run_export
@@ -167,7 +167,7 @@ def evaluate(
             with torch.inference_mode():
                 for start in starts:
                     t0 = time.perf_counter()
-                    x = load_images(files[start : start + batch_size], transform)
+                    x = load_samples(files[start : start + batch_size], transform, family.input_kind)
                     y = labels[start : start + batch_size]
                     t1 = time.perf_counter()
                     logits = {"dense": dense(torch.from_numpy(x)).float().numpy()}
@@ -244,7 +244,7 @@ def exported_accuracy(
     exported.activate()
     try:
         for start in starts:
-            logits = exported.run(load_images(files[start : start + batch_size], transform))["logits"]
+            logits = exported.run(load_samples(files[start : start + batch_size], transform, artifact.input_kind))["logits"]
             c1, ck, _ = _topk_correct(logits, labels[start : start + batch_size], k)
             top1, topk = top1 + c1, topk + ck
             progress.advance()

@@ -15,6 +15,7 @@ from deploytk.errors import DeploytkError
 from deploytk.exporter.manifest import sha256_file, sha256_tree
 from deploytk.exporter.onnx_io import data_file_name
 from deploytk.files import DirectoryKind
+from deploytk.inputs import InputKind, input_from_record
 from deploytk.models import is_held
 
 MODEL_FILE = "model.onnx"
@@ -241,7 +242,13 @@ class Artifact:
 
     @property
     def img_size(self) -> tuple[int, int]:
+        """The size the model's patch grid is cut from (an image's, a video frame's)."""
         return tuple(self.manifest["model"]["img_size"])
+
+    @cached_property
+    def input_kind(self) -> InputKind:
+        """What one sample of the graph's input is (``deploytk.inputs``), as the manifest's ``inputs[0]`` records it."""
+        return input_from_record(self.manifest["inputs"][0])
 
     @property
     def output_kind(self) -> str:
@@ -305,7 +312,7 @@ class Artifact:
         want, have = _export_identity(cfg), _export_identity(self.config)
         problems = [f"`{k}` is {have.get(k)!r} there but {want[k]!r} in {config_name}" for k in want if want[k] != have.get(k)]
         if list(self.img_size) != list(img_size):
-            problems.append(f"the image size is {list(self.img_size)} there but {list(img_size)} in {config_name}")
+            problems.append(f"the input size is {list(self.img_size)} there but {list(img_size)} in {config_name}")
         want_sha = sha256_file(Path(cfg.checkpoint)) if cfg.checkpoint else None
         have_sha = self.manifest["model"].get("checkpoint_sha256")
         if want_sha != have_sha:

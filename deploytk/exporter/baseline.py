@@ -75,7 +75,7 @@ def baseline_onnx(artifact: Artifact, merged: MergedViT | None = None) -> Path:
         model = merged if merged is not None else build_reference(artifact.reference_config)
         dense = dense_model(model, cfg.export.precision)
         names = [o["name"] for o in manifest["outputs"]]
-        export_model(dense, artifact.img_size, cfg.export.batch_size, manifest["onnx"]["opset"], tmp, name, names)
+        export_model(dense, artifact.input_kind, cfg.export.batch_size, manifest["onnx"]["opset"], tmp, name, names)
 
     return cached_file(BASELINES, baseline_name(artifact), make, f"dense baseline of {artifact.directory}")
 

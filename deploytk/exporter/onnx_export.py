@@ -16,6 +16,7 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import onnx
 import onnxscript.optimizer
 import torch
@@ -26,11 +27,11 @@ from torch.onnx._internal._lazy_import import onnxscript_apis
 from deploytk.errors import DeploytkError
 from deploytk.exporter import onnx_io
 from deploytk.exporter.onnx_io import save_onnx, weight_bytes
+from deploytk.inputs import InputKind
 from deploytk.ops import DOMAIN, DOMAIN_VERSION, OPS, PLUGIN_ATTRIBUTES, custom_translation_table
 
 #: ONNX Runtime 1.31 rejects IR > 13 and onnx 1.23 writes 14; IR 10 is what ORT and TensorRT's parser both read.
 IR_VERSION = 10
-INPUT_NAME = "input"
 OUTPUT_NAME = "logits"
 
 
@@ -72,28 +73,28 @@ def _quiet():
 
 def export_model(
     model: nn.Module,
-    img_size: tuple[int, int],
+    kind: InputKind,
     batch_size: int,
     opset: int,
     path: Path,
     name: str | None = None,
     output_names: list[str] | None = None,
 ) -> onnx.ModelProto:
-    """Export ``model`` (input [batch, 3, H, W] -> its outputs: ``output_names``, by default the model's own or
-    ``logits``) with a symbolic batch dimension.
+    """Export ``model`` (its input as ``kind`` lays it out -> its outputs: ``output_names``, by default the model's own
+    or ``logits``) with a symbolic batch dimension.
 
     The file must hold exactly the deploytk ops the traced model calls (torch.export drops
     dead ones, such as a last size aggregation nothing reads): one custom node per call.
     Weights past protobuf's limit go to an external data file named after ``name`` (``path``'s final name; see onnx_io).
     """
-    example = torch.randn(batch_size, 3, *img_size, generator=torch.Generator().manual_seed(0))
+    example = torch.from_numpy(kind.synthetic(batch_size, np.random.default_rng(0)))
     batch = torch.export.Dim("batch", min=1, max=65536)
     with _quiet(), _keep_local_functions(), torch.no_grad():
         program = torch.onnx.export(
             model.eval(),
             (example,),
             dynamo=True,
-            input_names=[INPUT_NAME],
+            input_names=[kind.onnx_name],
             output_names=output_names or getattr(model, "output_names", [OUTPUT_NAME]),
             dynamic_shapes=({0: batch},),
             custom_translation_table=custom_translation_table(),

@@ -14,7 +14,7 @@ from deploytk.errors import DeploytkError
 from deploytk.exporter.artifacts import EXPORT, INLINED_MODEL_FILE, MANIFEST_FORMAT, MODEL_FILE, ORT_MODEL_FILE, write_manifest
 from deploytk.exporter.inline import inline_deploytk_functions
 from deploytk.exporter.manifest import now_utc, package_versions, sha256_file, sha256_tree
-from deploytk.exporter.onnx_export import INPUT_NAME, IR_VERSION, custom_op_counts, export_model
+from deploytk.exporter.onnx_export import IR_VERSION, custom_op_counts, export_model
 from deploytk.exporter.onnx_io import data_file_name, save_onnx
 from deploytk.exporter.ort_fusion import FUSABLE_PRECISIONS, fuse_for_ort
 from deploytk.exporter.source import HeldObject
@@ -93,7 +93,7 @@ def run_export(
         with target.write() as tmp:
             progress.step("exporting to ONNX (torch.onnx, dynamo)")
             t0 = time.perf_counter()
-            proto = export_model(model, img, cfg.export.batch_size, cfg.export.opset, tmp / MODEL_FILE)
+            proto = export_model(model, family.input_kind, cfg.export.batch_size, cfg.export.opset, tmp / MODEL_FILE)
             seconds = time.perf_counter() - t0
             counts = custom_op_counts(proto)
             inlined = None
@@ -127,7 +127,7 @@ def run_export(
                 "schedule": schedule_summary(model),
                 "method": method_summary(cfg),
                 **flops,
-                "inputs": [{"name": INPUT_NAME, "dtype": "float32", "shape": ["batch", 3, *img]}],
+                "inputs": [family.input_kind.record()],
                 "outputs": output_records(proto, model.output_kind),
                 "output": output_summary(model),
                 "custom_ops": counts,

@@ -15,6 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -114,7 +115,7 @@ def _rebuild_problem(family: ModelFamily, recipe: dict, folder: Path, img_size: 
         rebuilt = adapt(create_vit(cfg))
     except DeploytkError as err:
         return f"rebuilding it from its stored weights and architecture failed: {err.message}"
-    x = torch.randn(1, 3, *img_size, generator=torch.Generator().manual_seed(0))
+    x = torch.from_numpy(family.input_kind.synthetic(1, np.random.default_rng(0)))
     with torch.no_grad():
         want, got = family.plain()(x), rebuilt.plain()(x)
     if type(rebuilt.model) is not type(family.model) or want.shape != got.shape:

@@ -134,7 +134,7 @@ class MergedViT(nn.Module):
         return self.reduction.num_tokens
 
     def forward(self, x: torch.Tensor):
-        """Images [B, 3, H, W] -> the output ``export.output`` names (several outputs: a tuple in ``output_names`` order)."""
+        """A batch of the family's input kind -> the output ``export.output`` names (several outputs: a tuple in ``output_names`` order)."""
         family, out = self.family, self.output
         x = family.embed(x.to(self.compute_dtype))
         size = torch.ones(x.shape[0], x.shape[1], 1, dtype=torch.float32, device=x.device)  # always fp32

@@ -70,13 +70,13 @@ def calibration_batches(artifact: Artifact, data: Path | None, synthetic: int | 
         if num_images < 1:
             raise DeploytkError(f"`num_images={num_images}`: must be >= 1.")
         transform = build_reference(artifact.reference_config).family.eval_transform()
-        batches = folder_batches(data, num_images, BATCH, transform)
+        batches = folder_batches(data, num_images, BATCH, transform, artifact.input_kind, "data")
         images = sum(len(b) for b in batches)
         record = {"source": str(Path(data).resolve()), "images": images, "preprocessing": "the model family's eval transform"}
     else:
         if synthetic < 1:
             raise DeploytkError(f"`synthetic={synthetic}`: must be >= 1 (images).")
-        batches = synthetic_batches(synthetic, BATCH, artifact.img_size, seed=SYNTHETIC_SEED)
+        batches = synthetic_batches(synthetic, BATCH, artifact.input_kind, seed=SYNTHETIC_SEED)
         record = {"source": "synthetic", "images": synthetic, "seed": SYNTHETIC_SEED, "distribution": "standard normal"}
     digest = hashlib.sha256()
     for batch in batches:

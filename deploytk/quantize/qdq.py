@@ -29,7 +29,6 @@ import onnx
 from deploytk.errors import DeploytkError
 from deploytk.exporter.artifacts import BASELINE_DIR, MODEL_FILE, Artifact
 from deploytk.exporter.manifest import sha256_file
-from deploytk.exporter.onnx_export import INPUT_NAME
 from deploytk.exporter.probes import choice_inputs_quantized
 from deploytk.quantize.base import Quantizer
 
@@ -64,18 +63,18 @@ def weight_ops(proto: onnx.ModelProto) -> list[str]:
 class _Batches:
     """ONNX Runtime's CalibrationDataReader protocol over the calibration batches."""
 
-    def __init__(self, batches: list[np.ndarray]):
-        self._it = iter(batches)
+    def __init__(self, batches: list[np.ndarray], input_name: str):
+        self._it, self._name = iter(batches), input_name
 
     def get_next(self):
         batch = next(self._it, None)
-        return None if batch is None else {INPUT_NAME: batch}
+        return None if batch is None else {self._name: batch}
 
     def rewind(self):  # pragma: no cover (the quantizer reads once)
         raise NotImplementedError
 
 
-def quantize_qdq(source: Path, target: Path, batches: list[np.ndarray], tensorrt_rules: bool) -> dict:
+def quantize_qdq(source: Path, target: Path, batches: list[np.ndarray], input_name: str, tensorrt_rules: bool) -> dict:
     """Quantize the ONNX file ``source`` into ``target`` (``tensorrt_rules``: trt's, else ort's); returns what was quantized."""
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
@@ -85,7 +84,7 @@ def quantize_qdq(source: Path, target: Path, batches: list[np.ndarray], tensorrt
     quantize_static(
         proto,
         str(target),
-        _Batches(batches),
+        _Batches(batches, input_name),
         quant_format=QuantFormat.QDQ,
         per_channel=True,
         activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
@@ -125,9 +124,10 @@ class QdqQuantizer(Quantizer):
         return f"onnxruntime {__version__} quantize_static"
 
     def quantize(self, source: Artifact, dense: Path, folder: Path, batches: list[np.ndarray], keep_choices_fp32: bool = True) -> dict:
-        summary = quantize_qdq(source.onnx_path, folder / MODEL_FILE, batches, self.tensorrt_rules)
+        name = source.input_kind.onnx_name
+        summary = quantize_qdq(source.onnx_path, folder / MODEL_FILE, batches, name, self.tensorrt_rules)
         sha = sha256_file(folder / MODEL_FILE)
-        quantize_qdq(dense, folder / BASELINE_DIR / f"dense-{sha[:16]}.onnx", batches, self.tensorrt_rules)
+        quantize_qdq(dense, folder / BASELINE_DIR / f"dense-{sha[:16]}.onnx", batches, name, self.tensorrt_rules)
         return summary
 
 

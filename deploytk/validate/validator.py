@@ -21,7 +21,6 @@ from deploytk.backends.torch_backend import TorchModel
 from deploytk.data import folder_batches, synthetic_batches
 from deploytk.errors import DeploytkError
 from deploytk.exporter.artifacts import Artifact
-from deploytk.exporter.onnx_export import INPUT_NAME
 from deploytk.exporter.probes import with_matching_outputs
 from deploytk.models import build_reference
 from deploytk.progress import SILENT, Progress
@@ -256,26 +255,26 @@ def validate_each(
     if len(set(names)) != len(names):
         raise DeploytkError(f"backend given twice: {', '.join(names)}; name each runtime once.")
     artifact = Artifact.open(directory)
-    img = artifact.img_size
-    batches = batches if batches is not None else synthetic_batches(64, 8, img)
+    kind = artifact.input_kind
+    batches = batches if batches is not None else synthetic_batches(64, 8, kind)
     batch_sizes = sorted({len(b) for b in batches})
     candidates = [_load_candidate(b, artifact, batch_sizes, progress) for b in backends]  # refuses a stale engine before any work
     if reference is None:
         progress.step("rebuilding the PyTorch reference from the manifest")
         reference = build_reference(artifact.reference_config)
-    reference_model = TorchModel(reference, img, "cpu", artifact.output_names)
-    feeds = [{INPUT_NAME: b} for b in batches]
+    reference_model = TorchModel(reference, kind, "cpu", artifact.output_names)
+    feeds = [{kind.onnx_name: b} for b in batches]
     images = sum(len(b) for b in batches)
-    progress.start(images, f"running {images} images through the PyTorch reference")
+    progress.start(images, f"running {images} {kind.nouns} through the PyTorch reference")
     with contextlib.redirect_stdout(sys.stderr), _polygraphy_quiet(artifact):  # Polygraphy logs to stdout; keep it for the CLI's JSON
         reference_results = Comparator.run(
-            [ModelRunner(reference_model, img, "pytorch-reference", on_batch=progress.advance)], data_loader=feeds
+            [ModelRunner(reference_model, kind, "pytorch-reference", on_batch=progress.advance)], data_loader=feeds
         )
     reports = []
     for candidate in candidates:
-        progress.start(images, f"running {images} images through {candidate.backend.name}")
+        progress.start(images, f"running {images} {kind.nouns} through {candidate.backend.name}")
         with contextlib.redirect_stdout(sys.stderr), _polygraphy_quiet(artifact):
-            runner = ModelRunner(candidate.loaded, img, candidate.backend.name, on_batch=progress.advance)
+            runner = ModelRunner(candidate.loaded, kind, candidate.backend.name, on_batch=progress.advance)
             own = Comparator.run([runner], data_loader=feeds)
             results = RunResults(list(reference_results.items()) + list(own.items()))
             accuracy = Comparator.compare_accuracy(
@@ -408,7 +407,7 @@ def run_validations(
     if images is not None:  # the reference's own timm model decides the preprocessing
         progress.step("rebuilding the PyTorch reference from the manifest")
         reference = build_reference(artifact.reference_config)
-        batches = folder_batches(images, num_images, batch_size, reference.family.eval_transform())
+        batches = folder_batches(images, num_images, batch_size, reference.family.eval_transform(), artifact.input_kind)
     else:
-        batches = synthetic_batches(num_images, batch_size, artifact.img_size)
+        batches = synthetic_batches(num_images, batch_size, artifact.input_kind)
     return validate_each(directory, backends, batches, tol, progress, reference), tol

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from deploytk.cli import app
 from deploytk.data import synthetic_batches
 
-from helpers import digits_config
+from helpers import DIGITS_INPUT, digits_config
 
 pytest.importorskip("openvino", reason="the openvino extra is not installed")
 
@@ -87,7 +87,7 @@ def test_openvino_equals_onnx_runtime_on_the_same_graph(digits_tome):
     from deploytk.exporter.artifacts import Artifact
 
     artifact = Artifact.open(digits_tome)
-    x = synthetic_batches(8, 8, (32, 32))[0]
+    x = synthetic_batches(8, 8, DIGITS_INPUT)[0]
     ov_out = get_backend("openvino").load(artifact, [8]).run(x)["logits"]
     session = ort.InferenceSession(str(digits_tome / "model.onnx"), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(ov_out, session.run(None, {"input": x})[0], atol=2e-5, rtol=0)
@@ -101,7 +101,7 @@ def test_inlined_file_has_standard_ops_only_and_computes_the_same(digits_tome):
     assert not inlined.functions and {n.domain for n in inlined.graph.node} <= {"", "ai.onnx"}
     assert all(o.domain != "deploytk" for o in inlined.opset_import)
     assert [o.name for o in inlined.graph.output] == ["logits"]
-    x = synthetic_batches(8, 8, (32, 32))[0]
+    x = synthetic_batches(8, 8, DIGITS_INPUT)[0]
     out = {}
     for name in ("model.onnx", "model.inlined.onnx"):
         out[name] = ort.InferenceSession(str(digits_tome / name), providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]

@@ -16,7 +16,7 @@ from deploytk.errors import DeploytkError
 from deploytk.exporter.artifacts import Artifact
 from deploytk.exporter.baseline import baseline_onnx, fused_baseline_onnx
 
-from helpers import snapshot
+from helpers import DIGITS_INPUT, snapshot
 
 STEM = "digits_vit_tome_r4"
 runner = CliRunner()
@@ -38,7 +38,7 @@ def fused(exported):
 
 def test_the_fused_copy_computes_what_model_onnx_computes(fused):
     manifest = deploytk.load(fused).manifest
-    batch = seeded_batch(4, (32, 32))
+    batch = seeded_batch(4, DIGITS_INPUT)
     for plain, merged in zip(outputs(fused / "model.onnx", batch), outputs(fused / "model.ort.onnx", batch), strict=True):
         np.testing.assert_allclose(merged, plain, rtol=0, atol=1e-5)
     counts = op_counts(fused / "model.ort.onnx")
@@ -65,7 +65,7 @@ def test_profile_times_it_against_the_dense_baseline_fused_the_same_way(fused):
     assert report["dense_runtime_settings"]["graph"].endswith(".ort.onnx")
     artifact = Artifact.open(fused)
     dense, dense_fused = baseline_onnx(artifact), fused_baseline_onnx(artifact)
-    batch = seeded_batch(2, (32, 32))
+    batch = seeded_batch(2, DIGITS_INPUT)
     np.testing.assert_allclose(outputs(dense_fused, batch)[0], outputs(dense, batch)[0], rtol=0, atol=1e-5)
     assert op_counts(dense_fused)[("com.microsoft", "SkipLayerNormalization")] > 0
 

@@ -38,7 +38,7 @@ def test_topk_is_counted_per_row():
 
 def test_harness_matches_direct_forward(digits_tree, digits_cfg, r4_artifacts):
     from deploytk.adapters import adapt
-    from deploytk.data import load_images
+    from deploytk.data import load_samples
     from deploytk.models import build_reference, create_vit
 
     root, _ = digits_tree
@@ -49,7 +49,7 @@ def test_harness_matches_direct_forward(digits_tree, digits_cfg, r4_artifacts):
     folder = scan_image_folder(root / "val", limit=40)
     files, labels = [f for f, _ in folder.samples], torch.tensor([c for _, c in folder.samples])
     dense = create_vit(cfg)
-    x = torch.from_numpy(load_images(files, adapt(dense).eval_transform()))
+    x = torch.from_numpy(load_samples(files, adapt(dense).eval_transform(), adapt(dense).input_kind))
     assert x.shape == (40, 3, 32, 32)
     with torch.no_grad():
         dense_pred = dense(x).argmax(-1)
@@ -82,14 +82,14 @@ def test_temporary_export_is_removed(digits_tree, digits_cfg, monkeypatch, tmp_p
 def test_shipped_checkpoint_reaches_95_percent(digits_tree, digits_cfg):
     """The dense config loads assets/digits_vit and classifies the whole val split (450 images)."""
     from deploytk.adapters import adapt
-    from deploytk.data import load_images
+    from deploytk.data import load_samples
     from deploytk.models import create_vit
 
     root, _ = digits_tree
     vit = create_vit(digits_cfg(DENSE))
     assert next(vit.parameters()).dtype == torch.float32  # fp16 file, cast on load
     folder = scan_image_folder(root / "val")
-    x = torch.from_numpy(load_images([f for f, _ in folder.samples], adapt(vit).eval_transform()))
+    x = torch.from_numpy(load_samples([f for f, _ in folder.samples], adapt(vit).eval_transform(), adapt(vit).input_kind))
     labels = torch.tensor([c for _, c in folder.samples])
     with torch.no_grad():
         top1 = (vit(x).argmax(-1) == labels).float().mean().item()

@@ -35,7 +35,7 @@ def digits_export(tmp_path_factory):
 
     model = build_reference(load_config(CONFIG))
     path = tmp_path_factory.mktemp("native") / "model.onnx"
-    return export_model(model, img_size_of(model), 2, 18, path), img_size_of(model)
+    return export_model(model, model.family.input_kind, 2, 18, path), img_size_of(model)
 
 
 def test_exported_model_rewritten_equals_plugin_graph(digits_export):

@@ -71,7 +71,7 @@ def test_to_precision_lowers_weights_but_keeps_norms_and_io_fp32(precision):
 def test_low_precision_graph_keeps_the_accuracy_critical_tensors_fp32(precision, tmp_path):
     _, elem = LOW[precision]
     model = to_precision(tiny_merged(), precision)
-    proto = export_model(model, (32, 32), 2, 18, tmp_path / "m.onnx")  # fully checked, function bodies included
+    proto = export_model(model, model.family.input_kind, 2, 18, tmp_path / "m.onnx")  # fully checked, function bodies included
     types = value_types(proto)
     assert proto.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT
     assert proto.graph.output[0].type.tensor_type.elem_type == TensorProto.FLOAT
@@ -103,7 +103,7 @@ def test_low_precision_graph_keeps_the_accuracy_critical_tensors_fp32(precision,
 def test_fp16_graph_runs_on_ort_cpu_close_to_the_fp32_reference(tmp_path):
     ref = tiny_merged(seed=3)
     low = to_precision(copy.deepcopy(ref), "fp16")
-    export_model(low, (32, 32), 2, 18, tmp_path / "m.onnx")
+    export_model(low, low.family.input_kind, 2, 18, tmp_path / "m.onnx")
     x = torch.randn(16, 3, 32, 32, generator=torch.Generator().manual_seed(1))
     got = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]).run(None, {"input": x.numpy()})[0]
     with torch.no_grad():
@@ -204,7 +204,8 @@ def digit_images(digits_root):
     from deploytk.models import create_model
 
     cfg = load_config(ROOT / "export_configs" / "digits_vit_tome_r4.yaml")
-    return folder_batches(digits_root / "val", 64, 8, create_model(cfg).eval_transform())
+    family = create_model(cfg)
+    return folder_batches(digits_root / "val", 64, 8, family.eval_transform(), family.input_kind)
 
 
 def test_eval_of_a_bf16_config_runs_ort_emulated_and_says_so(digits_root):

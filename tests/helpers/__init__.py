@@ -3,7 +3,7 @@
 Imported as ``helpers`` (pyproject's pytest ``pythonpath`` holds ``tests``); fixtures live in the conftest.py files.
 """
 
-from helpers.configs import CONFIGS, ROOT, digits_config, export_config, tome_model
+from helpers.configs import CONFIGS, DIGITS_INPUT, ROOT, digits_config, export_config, tome_model
 from helpers.exports import ExportCache
 from helpers.files import snapshot
 from helpers.plugins import assert_every_deploytk_node_builds_as_a_plugin
@@ -11,6 +11,7 @@ from helpers.weights import official_learned_layout, seeded_images, seeded_init,
 
 __all__ = [
     "CONFIGS",
+    "DIGITS_INPUT",
     "ROOT",
     "ExportCache",
     "assert_every_deploytk_node_builds_as_a_plugin",

@@ -10,6 +10,16 @@ DIGITS_DENSE = CONFIGS / "digits_vit_dense.yaml"
 DIGITS_TOME_R4 = CONFIGS / "digits_vit_tome_r4.yaml"
 
 
+def _digits_input():
+    from deploytk.inputs import ImageInput
+
+    return ImageInput.of_size((32, 32))
+
+
+#: the digits ViT's input: a 32x32 RGB image
+DIGITS_INPUT = _digits_input()
+
+
 def digits_config(stem: str, **overrides):
     """A config of export_configs/ with its checkpoint path made absolute (tests may run from anywhere)."""
     from deploytk.config import apply_overrides, load_config

@@ -51,7 +51,8 @@ def digit_batch(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("digits") / "digits"
     write_digits_imagefolder(root, img_size=32)
-    (batch,) = folder_batches(root / "val", 32, 32, create_model(digits_config("digits_vit_tome_r4")).eval_transform())
+    family = create_model(digits_config("digits_vit_tome_r4"))
+    (batch,) = folder_batches(root / "val", 32, 32, family.eval_transform(), family.input_kind)
     return torch.from_numpy(batch)
 
 

@@ -108,8 +108,8 @@ def test_random_init_is_seeded():
 def test_patchmerger_flops_count_its_own_layers():
     # block 3 = the block at 138 tokens + the merger: two [K, N, C] matmuls and a LayerNorm (fvcore: 5 per element)
     key, keep = POINTS[0]
-    merger = count_flops(build_reference(config("patchmerger", key, keep)), (224, 224))
-    plain = count_flops(build_reference(config("kmedoids", key, keep)), (224, 224))  # same tokens, no learned layer
+    merger = count_flops(build_reference(config("patchmerger", key, keep)))
+    plain = count_flops(build_reference(config("kmedoids", key, keep)))  # same tokens, no learned layer
     k, n, c = counts(keep)[0], 196, 384
     assert merger.per_block_gflops[3] - plain.per_block_gflops[3] == pytest.approx((2 * k * n * c + 5 * n * c) / 1e9, rel=1e-6)
 

@@ -50,8 +50,8 @@ def val_batches(digits, n=128):
     from deploytk.data import folder_batches
     from deploytk.models import build_reference
 
-    transform = build_reference(Artifact.open(digits / "tome").config).family.eval_transform()
-    return folder_batches(digits / "digits" / "val", n, 8, transform)
+    family = build_reference(Artifact.open(digits / "tome").config).family
+    return folder_batches(digits / "digits" / "val", n, 8, family.eval_transform(), family.input_kind)
 
 
 def test_ort_int8_validates_on_held_out_digits_and_records_its_provenance(digits, ort_int8):

@@ -86,7 +86,7 @@ def references(exports):
     out = {}
     for key, directory in exports.items():
         artifact = Artifact.open(directory)
-        out[key] = TorchModel(build_reference(artifact.config), artifact.img_size, "cpu", artifact.output_names)
+        out[key] = TorchModel(build_reference(artifact.config), artifact.input_kind, "cpu", artifact.output_names)
     return out
 
 

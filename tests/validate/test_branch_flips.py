@@ -15,6 +15,8 @@ from deploytk.exporter.probes import with_matching_outputs
 from deploytk.validate.branches import _run_reference
 from deploytk.validate.validator import Tolerances, failing_images, validate
 
+from helpers import DIGITS_INPUT
+
 
 @pytest.fixture(scope="module")
 def digits_mctf(exported):
@@ -24,7 +26,7 @@ def digits_mctf(exported):
 def _digit_batches(n=32, batch=8):
     from deploytk.data import synthetic_batches
 
-    return synthetic_batches(n, batch, (32, 32))
+    return synthetic_batches(n, batch, DIGITS_INPUT)
 
 
 def test_probed_model_exposes_every_matching_node(digits_mctf):

@@ -4,6 +4,8 @@ import numpy as np
 
 from deploytk.validate.validator import Tolerances, compare_outputs, near_tied_logits
 
+from helpers import DIGITS_INPUT
+
 
 def test_top1_flips_carry_both_classes_and_the_reference_margin():
     ref = np.array([[1.0, 0.9, -2.0], [0.0, 3.0, 1.0], [5.0, 0.0, 0.0]], np.float32)
@@ -92,7 +94,7 @@ def _digit_margin(directory, image: int) -> float:
     from deploytk.models import build_reference
 
     with torch.no_grad():
-        logits = build_reference(Artifact.open(directory).config)(torch.from_numpy(synthetic_batches(8, 8, (32, 32))[0])).numpy()
+        logits = build_reference(Artifact.open(directory).config)(torch.from_numpy(synthetic_batches(8, 8, DIGITS_INPUT)[0])).numpy()
     top2 = np.sort(logits[image])[::-1][:2]
     return float(top2[0] - top2[1])
 
@@ -104,7 +106,7 @@ def test_validate_passes_a_tolerated_flip_and_fails_a_real_one(exported):
 
     art = exported("digits_vit_tome_r4")
     margin = _digit_margin(art, 0)
-    batches = synthetic_batches(8, 8, (32, 32))
+    batches = synthetic_batches(8, 8, DIGITS_INPUT)
     # atol = the margin: moving both logits by 0.6 margin flips the image, each logit within tolerance
     tol = Tolerances(atol=margin, rtol=0.0, min_cosine=0.9)
     near = validate(art, _Shifted(get_backend("ort"), 0, 0.6 * margin), batches, tol)
