@@ -12,7 +12,18 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
 
 from deploytk.adapters.hf_common import HF_PREFIX
 from deploytk.errors import DeploytkError, file_problem
@@ -142,6 +153,15 @@ class DeployConfig(_Strict):
     pretrained: StrictBool = Field(False, description="true: timm's own download of the weights (online only)")
     merge: MergeConfig = Field(MergeConfig(), description="the token-reduction method and its schedule")
     export: ExportSettings = Field(ExportSettings(), description="batch size, input size, opset, precision and output")
+
+    @model_validator(mode="after")
+    def _transformers_models_take_their_own_size(self) -> DeployConfig:
+        """A transformers model (``hf:``) is built at its config.json's size and deploytk does not resample it, so
+        ``export.img_size`` left out means that size (null), not the 224 of timm's names; an audio model has no image
+        size at all."""
+        if self.model.startswith(HF_PREFIX) and "img_size" not in self.export.model_fields_set:
+            self.export = self.export.model_copy(update={"img_size": None})
+        return self
 
     def r_spec(self) -> int | list[int] | tuple[int, float]:
         """The r spec in the form ``merging.schedule.parse_r`` takes."""

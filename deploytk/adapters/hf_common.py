@@ -16,6 +16,7 @@ from torch import nn
 
 from deploytk.adapters.base import BlockParts, ModelFamily, adapt
 from deploytk.errors import DeploytkError
+from deploytk.inputs import InputKind, VideoInput
 
 #: a config's ``model:`` that names a transformers model: ``hf:<hub id or save_pretrained folder>``
 HF_PREFIX = "hf:"
@@ -177,16 +178,58 @@ class HFFamily(ModelFamily):
         return self._processor
 
 
+class HFVideoFamily(HFFamily):
+    """A transformers video family: its input is a clip of ``frames`` frames (``VideoInput``), preprocessed by the
+    family's image processor (``processor_class``) applied to the clip's frames."""
+
+    #: the transformers image processor class the family's clips go through
+    processor_class: ClassVar[str] = ""
+    frames: int
+
+    @property
+    def input_kind(self) -> InputKind:
+        return VideoInput.of_size(self.frames, self.img_size)
+
+    def eval_transform(self):
+        """A clip's frames (H x W x 3 uint8, ``input_kind.read``) -> ``[T, 3, H, W]`` through the model's saved processor,
+        or ``processor_class`` with its defaults at the model's size when it has none."""
+        processor = self._video_processor()
+        return lambda frames: processor(list(frames), return_tensors="pt")["pixel_values"][0]
+
+    def normalization(self):
+        processor = self._video_processor()
+        return tuple(processor.image_mean), tuple(processor.image_std)
+
+    def _video_processor(self):
+        if getattr(self, "_processor", None) is None:
+            import transformers  # optional: deploytk[hf]; a model of it is loaded already
+
+            cls = getattr(transformers, self.processor_class)
+            where = getattr(self.model, "name_or_path", "") or ""
+            processor = None
+            if where:
+                try:
+                    processor = cls.from_pretrained(where)
+                except (OSError, ValueError):  # no preprocessor_config.json: the defaults at the model's size
+                    processor = None
+            if processor is None:
+                h, w = self.img_size
+                processor = cls(size={"shortest_edge": min(h, w)}, crop_size={"height": h, "width": w})
+            self._processor = processor
+        return self._processor
+
+
 class OutputOf(nn.Module):
     """A transformers model reduced to one output tensor: its output ``key`` (``logits``, ``image_embeds``,
-    ``pooler_output``), or the class token of ``last_hidden_state`` (``key`` None) for a model without a pooler."""
+    ``pooler_output``), or the class token of ``last_hidden_state`` (``key`` None) for a model without a pooler.
+    ``argument``: the forward's input keyword (``pixel_values``; an audio model's ``input_values``)."""
 
-    def __init__(self, model: nn.Module, key: str | None):
+    def __init__(self, model: nn.Module, key: str | None, argument: str = "pixel_values"):
         super().__init__()
-        self.model, self.key = model, key
+        self.model, self.key, self.argument = model, key, argument
 
-    def forward(self, images):
-        out = self.model(pixel_values=images)
+    def forward(self, inputs):
+        out = self.model(**{self.argument: inputs})
         return out.last_hidden_state[:, 0] if self.key is None else getattr(out, self.key)
 
 
