@@ -294,3 +294,18 @@ def test_token_aggregate_body_is_exact_and_repeatable_on_multithreaded_ort():
     for _ in range(10):  # the race showed from the second run of a session on
         got = session.run(None, inputs)[0]
         np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("channels", [1, 4])
+@pytest.mark.parametrize("normalize", [False, True])
+def test_token_aggregate_returns_what_its_fake_kernel_promises(channels, normalize):
+    """torch.compile checks a custom op's real output against its fake (meta) kernel, strides included: the reference's
+    slice of its drop-bucket buffer once gave a batch stride of tokens_out + 1 (MCTF's size aggregation, DeiT-B batch 8:
+    "expected size 8==8, stride 182==181"). opcheck runs that comparison and the op's other registrations."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 9, channels, generator=gen)
+    weight = torch.rand(3, 9, 1, generator=gen)
+    dest = torch.randint(0, 6, (3, 9), generator=gen)  # 5 = tokens_out: some tokens dropped
+    out = ops.token_aggregate(x, weight, dest, 5, normalize)
+    assert out.is_contiguous() and out.stride() == (5 * channels, channels, 1)
+    torch.library.opcheck(ops.token_aggregate.default, (x, weight, dest, 5, normalize), test_utils=("test_faketensor", "test_schema"))

@@ -38,7 +38,9 @@ def token_aggregate(x: torch.Tensor, weight: torch.Tensor, dest: torch.Tensor, t
     check_aggregate_args(x, weight, dest, tokens_out)
     if dest.numel() and (int(dest.min()) < 0 or int(dest.max()) > tokens_out):
         raise DeploytkError(f"token_aggregate: dest values must be in [0, {tokens_out}].")
-    return reference(x, weight, dest, tokens_out, normalize)
+    # contiguous, as the fake below promises: without `normalize` the reference returns a slice of a (tokens_out + 1)-token
+    # buffer, whose batch stride torch.compile found differing from the fake's (182 against 181: MCTF's sizes, DeiT-B)
+    return reference(x, weight, dest, tokens_out, normalize).contiguous()
 
 
 @token_aggregate.register_fake
