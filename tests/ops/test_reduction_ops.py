@@ -309,3 +309,23 @@ def test_token_aggregate_returns_what_its_fake_kernel_promises(channels, normali
     out = ops.token_aggregate(x, weight, dest, 5, normalize)
     assert out.is_contiguous() and out.stride() == (5 * channels, channels, 1)
     torch.library.opcheck(ops.token_aggregate.default, (x, weight, dest, 5, normalize), test_utils=("test_faketensor", "test_schema"))
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_every_op_s_fake_kernel_matches_what_it_computes(name):
+    """What torch.compile (and torch.export) assume of each op, its fake kernel's shapes, dtypes and strides, checked by
+    torch.library.opcheck on the selftest's own seeded draws (two small shapes of the op's family)."""
+    import random
+
+    from deploytk.ops.selftest import FAMILIES
+
+    spec = OPS[name]
+    family = FAMILIES[spec.selftest.family]
+    rng, gen = random.Random(0), torch.Generator().manual_seed(0)
+    calls = 0
+    for k, shape in enumerate(family.shapes(True, rng)[:2]):
+        draw = family.draw(shape, k, rng, gen)
+        for args, _ in spec.selftest.calls(draw):
+            torch.library.opcheck(spec.overload, tuple(args), test_utils=("test_faketensor", "test_schema"))
+            calls += 1
+    assert calls >= 2
