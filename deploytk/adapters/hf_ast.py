@@ -10,7 +10,7 @@ reads.
 
 from __future__ import annotations
 
-from deploytk.adapters.base import adapt, register_family
+from deploytk.adapters.base import register_family
 from deploytk.adapters.hf_common import HFBlock, HFFamily, OutputOf
 from deploytk.errors import DeploytkError
 from deploytk.inputs import SpectrogramInput
@@ -44,19 +44,14 @@ class HFAST(HFFamily):
         self.architecture = type(model).__name__
         self.embedding_name = "pooler_output"
 
-    @classmethod
-    def load(cls, name, *, img_size, model_kwargs, pretrained, checkpoint):
-        """As the other transformers families, but an audio model has no image size: ``export.img_size`` may only be
-        left out (or name the spectrogram's own (mel, time) plane, as an export of a model object records it)."""
-        model = super().load(name, img_size=None, model_kwargs=model_kwargs, pretrained=pretrained, checkpoint=checkpoint)
-        want = None if img_size is None else (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
-        if want is not None and want != adapt(model).img_size:
-            raise DeploytkError(
-                f"`export.img_size` is for image and video models; {name} is an audio model whose input is its config.json's "
-                "max_length x num_mel_bins spectrogram.",
-                hint="Leave `export.img_size` out (or null).",
-            )
-        return model
+    def refuse_img_size(self, name, img_size):
+        """An audio model has no image size: ``export.img_size`` may only be left out (or name the spectrogram's own
+        (mel, time) plane, as an export of a model object records it)."""
+        raise DeploytkError(
+            f"`export.img_size` is for image and video models; {name} is an audio model whose input is its config.json's "
+            "max_length x num_mel_bins spectrogram.",
+            hint="Leave `export.img_size` out (or null).",
+        )
 
     @property
     def input_kind(self):

@@ -100,16 +100,20 @@ class HFFamily(ModelFamily):
                 hint="Save the fine-tuned model with save_pretrained and point `model: hf:<that folder>` at it.",
             )
         model = load_hf(name)
-        size = adapt(model).img_size
+        family = adapt(model)  # the family of the class config.json names (every transformers family shares the prefix)
         want = None if img_size is None else (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
-        if want and want != size:
-            shown = img_size if isinstance(img_size, int) else list(img_size)
-            raise DeploytkError(
-                f"`export.img_size` = {shown}, but {name} is built for {size[0]}x{size[1]} (its config.json's image_size); "
-                "deploytk does not resample a transformers model's position embedding.",
-                hint=f"Set `export.img_size: {size[0]}` or `export.img_size: null` (the model's own size).",
-            )
+        if want and want != family.img_size:
+            family.refuse_img_size(name, img_size)
         return model
+
+    def refuse_img_size(self, name: str, img_size) -> None:
+        """Refuse an ``export.img_size`` other than the model's own (``load``)."""
+        size, shown = self.img_size, img_size if isinstance(img_size, int) else list(img_size)
+        raise DeploytkError(
+            f"`export.img_size` = {shown}, but {name} is built for {size[0]}x{size[1]} (its config.json's image_size); "
+            "deploytk does not resample a transformers model's position embedding.",
+            hint=f"Set `export.img_size: {size[0]}` or `export.img_size: null` (the model's own size).",
+        )
 
     @classmethod
     def accepts(cls, model):

@@ -26,10 +26,11 @@ import torch
 
 from deploytk.backends import DEFAULT_BACKEND, Backend, get_backend
 from deploytk.config import DeployConfig
-from deploytk.data import IMAGE_SUFFIXES, load_samples
+from deploytk.data import load_samples
 from deploytk.errors import DeploytkError
 from deploytk.exporter.artifacts import Artifact
 from deploytk.exporter.pipeline import run_export
+from deploytk.inputs import KINDS, InputKind
 from deploytk.models import build_reference, create_model
 from deploytk.progress import SILENT, Progress
 
@@ -49,20 +50,23 @@ class ImageFolder:
         return len(self.samples)
 
 
-def _images_in(folder: Path) -> list[Path]:
+def _samples_in(folder: Path, suffixes: frozenset[str]) -> list[Path]:
     return sorted(
         p
         for p in folder.rglob("*")
-        if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+        if p.suffix.lower() in suffixes and p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts)
     )
 
 
-def scan_image_folder(root: Path, limit: int | None = None) -> ImageFolder:
-    """Scan ``root/<class>/**/<image>``; classes are the sorted sub-folder names.
+def scan_image_folder(root: Path, limit: int | None = None, kind: InputKind | None = None) -> ImageFolder:
+    """Scan ``root/<class>/**/<sample>``; classes are the sorted sub-folder names. ``kind``: the model's input kind, whose
+    files are taken (images, clips, sounds); None, before the model is built: any kind's files (the tree is checked).
 
-    Samples are ordered class-interleaved (the first image of every class, then the second,
+    Samples are ordered class-interleaved (the first sample of every class, then the second,
     ...), so ``limit`` keeps a class-balanced, deterministic subset.
     """
+    suffixes = kind.suffixes if kind is not None else frozenset().union(*(k.suffixes for k in KINDS.values()))
+    noun, nouns = (kind.noun, kind.nouns) if kind is not None else ("image", "images")
     root = Path(root)
     if limit is not None and limit < 1:
         raise DeploytkError(f"`limit={limit}`: must be an int >= 1 (or omitted for all images).")
@@ -73,23 +77,23 @@ def scan_image_folder(root: Path, limit: int | None = None) -> ImageFolder:
         )
     classes = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     if not classes:
-        loose = _images_in(root)
-        what = f"{len(loose)} loose image(s) but " if loose else ""
+        loose = _samples_in(root, suffixes)
+        what = f"{len(loose)} loose {noun}(s) but " if loose else ""
         raise DeploytkError(
             f"data directory {root} has {what}no class subfolders (`data=`); expected an ImageFolder tree "
-            f"{root}/<class>/<image> ({', '.join(sorted(IMAGE_SUFFIXES))}), one sub-folder per class."
+            f"{root}/<class>/<{noun}> ({', '.join(sorted(suffixes))}), one sub-folder per class."
         )
-    per_class = [_images_in(root / c) for c in classes]
+    per_class = [_samples_in(root / c, suffixes) for c in classes]
     if not any(per_class):
         raise DeploytkError(
-            f"data directory {root} has {len(classes)} class subfolder(s) but no images in them "
-            f"(`data=`; looked for {', '.join(sorted(IMAGE_SUFFIXES))})."
+            f"data directory {root} has {len(classes)} class subfolder(s) but no {nouns} in them "
+            f"(`data=`; looked for {', '.join(sorted(suffixes))})."
         )
     empty = [c for c, files in zip(classes, per_class, strict=True) if not files]
     if empty:
         raise DeploytkError(
-            f"class folder(s) {', '.join(repr(c) for c in empty[:5])} in {root} hold no images (`data=`); "
-            "every class folder needs at least one image, or the class indices would shift."
+            f"class folder(s) {', '.join(repr(c) for c in empty[:5])} in {root} hold no {nouns} (`data=`); "
+            f"every class folder needs at least one {noun}, or the class indices would shift."
         )
     samples = []
     for rank in range(max(len(files) for files in per_class)):
@@ -126,10 +130,11 @@ def evaluate(
     if batch_size < 1:
         raise DeploytkError(f"`batch_size={batch_size}`: must be an int >= 1.")
     backend = get_backend(backend, validating=True) if isinstance(backend, str) else backend
-    folder = scan_image_folder(data, limit)
+    scan_image_folder(data, limit)  # a bad tree or limit fails before any model is built
     t_start = time.perf_counter()
     progress.step("building the unmerged model")
     family = create_model(cfg)
+    folder = scan_image_folder(data, limit, family.input_kind)  # the files of the model's kind: images, clips or sounds
     dense = family.plain()
     img = family.img_size
     num_classes = family.num_classes
@@ -161,7 +166,7 @@ def evaluate(
             directory = Path(artifacts)
         starts = range(0, len(files), batch_size)
         exported = backend.load(Artifact.open(directory, verify=False), sorted({len(files[b : b + batch_size]) for b in starts}))
-        progress.start(len(starts), f"evaluating {len(files)} images")
+        progress.start(len(starts), f"evaluating {len(files)} {family.input_kind.nouns}")
         exported.activate()
         try:
             with torch.inference_mode():
@@ -240,7 +245,7 @@ def exported_accuracy(
     starts = range(0, len(files), batch_size)
     exported = backend.load(artifact, sorted({len(files[b : b + batch_size]) for b in starts}))
     top1 = topk = 0
-    progress.start(len(starts), f"top-1 of {directory.name} on {len(files)} images")
+    progress.start(len(starts), f"top-1 of {directory.name} on {len(files)} {artifact.input_kind.nouns}")
     exported.activate()
     try:
         for start in starts:

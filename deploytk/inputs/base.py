@@ -84,7 +84,7 @@ class InputKind:
         if not folder.is_dir():
             problem = "does not exist" if not folder.exists() else f"is a file, not a folder of {self.nouns}"
             raise DeploytkError(f"{self.noun} folder {folder} {problem} (`{what}=`).")
-        found = sorted(p for p in folder.rglob("*") if p.suffix.lower() in self.suffixes and p.is_file())[:count]
+        found = sorted(p for p in folder.rglob("*") if p.suffix.lower() in self.suffixes)[:count]  # a folder named so: refused by read
         if not found:
             raise DeploytkError(f"{self.noun} folder {folder} holds no {self.nouns} ({', '.join(sorted(self.suffixes))}).")
         return found

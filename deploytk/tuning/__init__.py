@@ -89,7 +89,9 @@ def tune(
             hint="Omit `data=`: tune then picks the least aggressive schedule within the latency budget.",
         )
     backend = get_backend(backend) if isinstance(backend, str) else backend
-    folder = scan_image_folder(data, limit) if data is not None else None
+    folder = None
+    if data is not None:  # the files of the model's kind (images, clips, sounds), checked before anything is claimed
+        folder = scan_image_folder(data, limit, create_model(cfg.model_copy(update={"checkpoint": None, "pretrained": False})).input_kind)
     with contextlib.ExitStack() as claims:  # each claim holds its file's lock until written or given up
         output = claims.enter_context(
             claim_yaml(Path(output) if output else config.with_name(f"{config.stem}_tuned.yaml"), "deploytk tune")

@@ -177,7 +177,8 @@ def test_a_clip_gives_frames_evenly_spaced_over_its_length(tmp_path):
         got = VideoInput(4, 3, 32, 32).read(tmp_path / f"clip{suffix}")
         assert [g.shape for g in got] == [(48, 64, 3)] * 4
         levels = [float(f[..., 0].mean()) for f in frames]  # each frame's own brightness (the codecs are lossy)
-        assert [int(np.argmin([abs(float(g[..., 0].mean()) - v) for v in levels])) for g in got] == [0, 2, 5, 7], suffix  # linspace(0, 7, 4) rounded
+        nearest = [int(np.argmin([abs(float(g[..., 0].mean()) - v) for v in levels])) for g in got]
+        assert nearest == [0, 2, 5, 7], suffix  # linspace(0, 7, 4) rounded
 
 
 def test_the_saved_processors_are_the_preprocessing(saved, tmp_path):
@@ -272,3 +273,15 @@ def test_visualize_says_it_does_not_draw_a_video_model_yet(saved, tmp_path):
     write_clip(tmp_path / "clip.mp4")
     with pytest.raises(DeploytkError, match=r"draws the merges of image models; .* takes clips \(pixel_values \[batch, 4, 3, 32, 32\]\)"):
         trace(config(saved["VideoMAEForVideoClassification"], "tome", r=4), tmp_path / "clip.mp4")
+
+
+@pytest.mark.slow  # an export and three models over the clips: about a minute on the 2-core machine
+def test_eval_reads_a_class_folder_tree_of_clips(saved, tmp_path):
+    from deploytk.evaluation.accuracy import evaluate
+
+    for label in range(5):
+        (tmp_path / "val" / f"class{label}").mkdir(parents=True)
+        write_clip(tmp_path / "val" / f"class{label}" / "a.webm", count=8 + label)
+    (tmp_path / "val" / "class0" / "still.png").write_bytes(b"")  # an image is not a clip: left out
+    report = evaluate(config(saved["VideoMAEForVideoClassification"], "tome", r=4), tmp_path / "val", batch_size=2)
+    assert report["num_images"] == 5 and 0 <= report["exported"]["top1"] <= 1
