@@ -18,7 +18,7 @@ from deploytk.cli import app
 from deploytk.exporter.artifacts import write_manifest
 
 from helpers import export_config, seeded_init, snapshot
-from helpers.media_models import TINY, export_tiny
+from helpers.media_models import TINY
 
 model_config_pb2 = pytest.importorskip(
     "tritonclient.grpc.model_config_pb2", reason="tritonclient[grpc] (the `test` extra) is not installed: it has Triton's ModelConfig"
@@ -167,13 +167,6 @@ def test_readme_serves_and_requests_with_the_configs_names_shapes_and_dtypes(art
     assert {name: a.shape for name, a in sent.items()} == {"input": (1, 3, 32, 32)}
 
 
-@pytest.fixture(scope="module")
-def media_exports(tmp_path_factory) -> dict[str, Path]:
-    """A tiny VideoMAE and AST classifier exported with ToMe r=4 (helpers.media_models), read only."""
-    root = tmp_path_factory.mktemp("media")
-    return {name: export_tiny(name, root) for name in TINY}
-
-
 #: name -> (the input config.pbtxt must name, what the README calls one sample, its axes after the batch, words its
 #: preprocessing note must hold)
 MEDIA = {
@@ -183,10 +176,10 @@ MEDIA = {
 
 
 @pytest.mark.parametrize("name", list(MEDIA))
-def test_a_video_or_audio_model_is_packaged_with_its_own_input_dims_and_request(media_exports, tmp_path, monkeypatch, name):
+def test_a_video_or_audio_model_is_packaged_with_its_own_input_dims_and_request(exported, tmp_path, monkeypatch, name):
     """config.pbtxt's input is the kind's (VideoMAE: pixel_values [frames, 3, H, W]; AST: input_values [time, mel]), and
     the README's request sends that shape and speaks of clips or sounds, never images."""
-    directory, repo = media_exports[name], tmp_path / "repo"
+    directory, repo = exported.tiny(name), tmp_path / "repo"  # the shared tiny export (helpers.media_models)
     before = snapshot(directory)
     result = invoke(directory, "--triton", repo, "--name", name, "--json")
     assert result.exit_code == 0, result.output
