@@ -121,7 +121,10 @@ def package_triton(
     on (an int8 IR needs samples like its calibration data; default: seeded synthetic samples). The config's dims and the
     README's request follow the manifest's input, whatever its kind."""
     if images is not None and runtime != _OPENVINO["backend"]:
-        raise DeploytkError("`images=` is for `runtime=openvino`: the images the IR is validated on before it is written.")
+        raise DeploytkError(
+            "`images=` is for `runtime=openvino`: the images (a video model's clips, an audio model's sounds) the IR is validated "
+            "on before it is written."
+        )
     if max_batch is not None and max_batch < 1:
         raise DeploytkError(f"`max_batch={max_batch}`: must be an int >= 1 (Triton's max_batch_size for a batching model).")
     if runtime is not None and runtime not in TRITON_RUNTIMES:
@@ -212,6 +215,7 @@ def _validated_ir(artifact: Artifact, xml: Path, images: Path | None, progress: 
         "passed": report.passed,
         "checks": report.checks,
         "num_images": report.num_images,
+        "samples": artifact.input_kind.nouns,  # what num_images counts: images, clips or sounds
         "images": str(images) if images else "synthetic",
         "max_abs_diff": report.max_abs_diff,
         **({"top1_agreement": report.top1_agreement} if report.top1_agreement is not None else {}),

@@ -203,6 +203,29 @@ def test_a_video_or_audio_model_is_packaged_with_its_own_input_dims_and_request(
     assert {n: a.shape for n, a in sent.items()} == {input_name: (1, *dims)}
 
 
+def test_a_video_models_ir_is_validated_on_clips_and_a_folder_without_clips_is_refused(exported, tmp_path):
+    """`runtime=openvino` with `images=`: a video model's IR is judged on the folder's clips (the report counts clips),
+    and a folder of images for it is refused by what it lacks, before anything is written."""
+    from helpers.media import write_clip  # PyAV, the [media] extra
+
+    directory, clips, pictures = exported.tiny("videomae"), tmp_path / "clips", tmp_path / "pictures"
+    clips.mkdir(), pictures.mkdir()
+    for i in range(3):
+        write_clip(clips / f"clip{i}.mp4", count=6 + i)
+    (pictures / "frame.png").write_bytes(b"")  # an image, not a clip
+    refused = invoke(directory, "--triton", tmp_path / "refused", "--runtime", "openvino", "--images", pictures)
+    assert refused.exit_code == 2 and f"clip folder {pictures} holds no clips (.avi, .mkv, .mov, .mp4, .webm)" in " ".join(
+        refused.output.split()
+    )
+    assert not (tmp_path / "refused").exists()
+    result = invoke(directory, "--triton", tmp_path / "repo", "--name", "videomae_ov", "--runtime", "openvino", "--images", clips)
+    assert result.exit_code == 0, result.output
+    assert "(3 clips, max |diff|" in " ".join(result.output.split())
+    config = parse_config(tmp_path / "repo" / "videomae_ov")
+    assert config.backend == "openvino" and tensors(config.input) == [("pixel_values", "TYPE_FP32", [4, 3, 32, 32])]
+    assert files_under(tmp_path / "repo" / "videomae_ov") == ["1", "1/model.bin", "1/model.xml", "README.md", "config.pbtxt"]
+
+
 def test_tensorrt_repository_from_an_engine(artifact, tmp_path):
     write_engine(artifact, batch=(1, 8, 32))
     repo = tmp_path / "repo"
