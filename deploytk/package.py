@@ -117,10 +117,14 @@ def package_triton(
 ) -> dict:
     """Write REPO/NAME (config.pbtxt, 1/model.onnx, 1/model.plan or 1/model.xml + .bin, README.md); every check, and the
     IR's validation, runs before anything is written. ``runtime``: Triton's backend (default: tensorrt when DIR has an
-    engine, else onnxruntime). ``images``: a folder the IR is validated on (an int8 IR needs images like its calibration data;
-    default: seeded synthetic images)."""
+    engine, else onnxruntime). ``images``: a folder of the artifact's input kind (images, clips or sounds) the IR is validated
+    on (an int8 IR needs samples like its calibration data; default: seeded synthetic samples). The config's dims and the
+    README's request follow the manifest's input, whatever its kind."""
     if images is not None and runtime != _OPENVINO["backend"]:
-        raise DeploytkError("`images=` is for `runtime=openvino`: the images the IR is validated on before it is written.")
+        raise DeploytkError(
+            "`images=` is for `runtime=openvino`: the images (a video model's clips, an audio model's sounds) the IR is validated "
+            "on before it is written."
+        )
     if max_batch is not None and max_batch < 1:
         raise DeploytkError(f"`max_batch={max_batch}`: must be an int >= 1 (Triton's max_batch_size for a batching model).")
     if runtime is not None and runtime not in TRITON_RUNTIMES:
@@ -211,6 +215,7 @@ def _validated_ir(artifact: Artifact, xml: Path, images: Path | None, progress: 
         "passed": report.passed,
         "checks": report.checks,
         "num_images": report.num_images,
+        "samples": artifact.input_kind.nouns,  # what num_images counts: images, clips or sounds
         "images": str(images) if images else "synthetic",
         "max_abs_diff": report.max_abs_diff,
         **({"top1_agreement": report.top1_agreement} if report.top1_agreement is not None else {}),
@@ -472,10 +477,11 @@ def _readme(
             )
         gpu_note = " Without a GPU, leave out `--gpus all`: ONNX Runtime then runs the model on the CPU."
     x, y = inputs[0], outputs[0]
+    kind = artifact.input_kind  # the request's wording and axes: an image's, a clip's or a sound's
     np_dtype = {"bfloat16": "float32"}.get(x.dtype, x.dtype)  # tritonclient sends BF16 from float32 arrays (numpy has no bf16)
     example_shape = ", ".join(map(str, (1, *x.dims)))
     last = (
-        f'print(result.as_numpy("{y.name}").argmax(axis=1))  # predicted class per image'
+        f'print(result.as_numpy("{y.name}").argmax(axis=1))  # predicted class per {kind.noun}'
         if artifact.output_kind == "logits"
         else f'print(result.as_numpy("{y.name}").shape)  # (batch, {", ".join(map(str, y.dims))})'
     )
@@ -498,6 +504,9 @@ def _readme(
         example_shape=example_shape,
         np_dtype=np_dtype,
         input_dims=", ".join(map(str, x.dims)),
+        input_axes=", ".join(kind.axes),
+        nouns=kind.nouns,
+        preprocessing=kind.preprocessing(),
         input_name=x.name,
         input_dtype=x.triton_dtype,
         output_name=y.name,

@@ -510,8 +510,8 @@ def package(
     images: Path | None = typer.Option(
         None,
         "--images",
-        help="--runtime openvino: validate the IR on 64 images of this folder (default: seeded synthetic images; an int8 IR needs "
-        "images like its calibration data).",
+        help="--runtime openvino: validate the IR on 64 images of this folder, or clips / sounds for a video / audio model (default: "
+        "seeded synthetic ones; an int8 IR needs images like its calibration data).",
     ),
     json_out: bool = JSON,
 ):

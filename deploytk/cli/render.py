@@ -617,7 +617,8 @@ def package(report: dict, json_out: bool) -> None:
         v = report["validation"]
         top1 = f", top-1 agreement {v['top1_agreement']:.3f}" if "top1_agreement" in v else ""
         out_console.print(
-            f"  the IR passed validation against the PyTorch reference on OpenVINO {v['openvino']} ({v['num_images']} images, "
+            f"  the IR passed validation against the PyTorch reference on OpenVINO {v['openvino']} "
+            f"({v['num_images']} {v.get('samples', 'images')}, "
             f"max |diff| {v['max_abs_diff']:.2e}{top1}; {v['stable_topk']} TopK made stable)"
         )
     if report["tensorrt"]:

@@ -72,6 +72,11 @@ class InputKind:
         if batch.ndim != len(self.shape) + 1 or tuple(batch.shape[1:]) != self.shape:
             raise DeploytkError(f"{what} has shape {list(batch.shape)}; this model takes {self.describe()}.")
 
+    def preprocessing(self) -> str:
+        """How a file becomes one sample of this input, in a sentence for a client that must send it preprocessed (the
+        README `package` writes beside a served model)."""
+        raise NotImplementedError
+
     def read(self, path: Path) -> Any:
         """The file at ``path`` decoded into what the family's processor takes (an RGB image, a clip's frames, a
         waveform); a file that cannot be decoded is refused with its name."""

@@ -46,6 +46,13 @@ class ImageInput(InputKind):
     def label(self) -> str:
         return f"{self.height}x{self.width} image"
 
+    def preprocessing(self) -> str:
+        return (
+            f"An image is decoded to RGB (EXIF orientation applied) and preprocessed as for the PyTorch model: the model "
+            f"family's own eval transform to {self.height}x{self.width} (a timm model's resize, crop and mean/std "
+            "normalisation; a transformers model's saved image processor)."
+        )
+
     def read(self, path: Path) -> Image.Image:
         return read_rgb(path)
 

@@ -44,6 +44,13 @@ class SpectrogramInput(InputKind):
     def label(self) -> str:
         return f"{self.time}x{self.mel} spectrogram"
 
+    def preprocessing(self) -> str:
+        return (
+            "A sound is decoded to mono samples (channels averaged) and preprocessed as for the PyTorch model: the model's "
+            f"feature extractor resamples it to its own rate and makes {self.time} frames (padded or cut) of {self.mel} "
+            "log-mel filter banks, normalised; time first, then mel bins."
+        )
+
     def read(self, path: Path) -> Waveform:
         return read_waveform(Path(path))
 

@@ -43,6 +43,13 @@ class VideoInput(InputKind):
     def label(self) -> str:
         return f"{self.frames}-frame {self.height}x{self.width} clip"
 
+    def preprocessing(self) -> str:
+        return (
+            f"A clip gives {self.frames} RGB frames at evenly spaced positions over its whole length (a shorter clip repeats "
+            f"frames), preprocessed as for the PyTorch model: the model's video processor (saved with it, else its class's "
+            f"defaults) resizes, crops to {self.height}x{self.width} and normalises each frame; frames first, then channels."
+        )
+
     def read(self, path: Path) -> list[np.ndarray]:
         """``frames`` frames of the clip at ``path`` as H x W x 3 uint8 RGB arrays (evenly spaced; see the module)."""
         return read_frames(Path(path), self.frames)

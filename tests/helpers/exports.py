@@ -57,6 +57,23 @@ class ExportCache:
         self.used[key] = folder
         return folder
 
+    def tiny(self, name: str) -> Path:
+        """helpers.media_models' tiny ``name`` model (``videomae``, ``ast``: from its config, seeded weights, no download)
+        exported with ToMe r=4, made once per run and checked like the shipped configs' exports."""
+        from helpers.media_models import export_tiny
+
+        key = f"tiny-{name}"
+        folder = self.root / key
+        self.root.mkdir(parents=True, exist_ok=True)
+        with FileLock(self.root / f"{key}.lock"):
+            stamp = self.root / f"{key}.sha256"
+            if not stamp.is_file():
+                shutil.rmtree(folder, ignore_errors=True)  # what an interrupted attempt left
+                export_tiny(name, folder)
+                stamp.write_text(tree_digest(folder / name))
+        self.used[key] = folder / name
+        return folder / name
+
     def copy(self, stem: str, dest: Path, fmt: str = "onnx", **overrides) -> Path:
         """A copy of the shared export at ``dest`` (derived caches included), for a test that changes files."""
         return Path(shutil.copytree(self(stem, fmt, **overrides), dest))

@@ -11,10 +11,18 @@ from deploytk.backends import Backend, LoadedModel
 from deploytk.progress import SILENT
 from serving.tritonserver import ServeEnvironment, TritonServer
 
-#: the models of the shared repository: name -> (export, package options)
-SERVED = {"digits": ("digits", []), "digits_ov": ("digits", ["--runtime", "openvino"]), "deit_s": ("deit", [])}
+#: the models of the shared repository: name -> (export, package options); videomae: a video model's pixel_values
+#: [batch, frames, 3, H, W] through the same server
+SERVED = {
+    "digits": ("digits", []),
+    "digits_ov": ("digits", ["--runtime", "openvino"]),
+    "deit_s": ("deit", []),
+    "videomae": ("videomae", []),
+}
 #: the exports behind them: key -> shipped config
 SERVED_EXPORTS = {"digits": "digits_vit_tome_r4", "deit": "deit_small_tome_r16"}
+#: the exports that are no shipped config: key -> helpers.media_models' tiny model (made from its config, ToMe r=4)
+SERVED_TINY = {"videomae": "videomae"}
 
 
 def package(directory: Path, repository: Path, name: str, *options) -> None:

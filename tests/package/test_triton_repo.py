@@ -17,7 +17,8 @@ from deploytk.build.options import BuildOptions
 from deploytk.cli import app
 from deploytk.exporter.artifacts import write_manifest
 
-from helpers import export_config, seeded_init
+from helpers import export_config, seeded_init, snapshot
+from helpers.media_models import TINY
 
 model_config_pb2 = pytest.importorskip(
     "tritonclient.grpc.model_config_pb2", reason="tritonclient[grpc] (the `test` extra) is not installed: it has Triton's ModelConfig"
@@ -103,12 +104,11 @@ def test_name_and_max_batch_options(artifact, tmp_path):
     assert config.name == "vit.tome-r4" and config.max_batch_size == 64
 
 
-def test_readme_serves_and_requests_with_the_configs_names_shapes_and_dtypes(artifact, tmp_path, monkeypatch):
-    repo = tmp_path / "repo"
-    assert invoke(artifact, "--triton", repo, "--name", "digits").exit_code == 0
-    readme = (repo / "digits" / "README.md").read_text()
-    assert "tritonserver --model-repository=/models" in readme and "nvcr.io/nvidia/tritonserver:" in readme
-    config = parse_config(repo / "digits")
+def run_readme_example(model_dir: Path, monkeypatch) -> dict:
+    """The README's HTTP example run against a stand-in tritonclient that checks every name, shape and dtype it sends
+    against the model's config.pbtxt (tests/serve runs it on a real server); returns what it sent, by input name."""
+    readme = (model_dir / "README.md").read_text()
+    config = parse_config(model_dir)
     inputs, outputs = {t.name: t for t in config.input}, {t.name: t for t in config.output}
 
     def datatype(t):  # the client's datatype string of a config tensor: TYPE_FP32 -> FP32
@@ -128,7 +128,7 @@ def test_readme_serves_and_requests_with_the_configs_names_shapes_and_dtypes(art
 
     class Result:
         def as_numpy(self, name):
-            batch = sent["input"].shape[0]
+            batch = next(iter(sent.values())).shape[0]
             return np.zeros((batch, *outputs[name].dims), dtype=triton_to_np_dtype(datatype(outputs[name])))
 
     class InferenceServerClient:
@@ -136,7 +136,7 @@ def test_readme_serves_and_requests_with_the_configs_names_shapes_and_dtypes(art
             assert url == "localhost:8000"
 
         def infer(self, model_name, infer_inputs, outputs=None):
-            assert model_name == "digits" and [i.name for i in infer_inputs] == list(inputs)
+            assert model_name == config.name and [i.name for i in infer_inputs] == list(inputs)
             assert all(o.name in config_outputs for o in outputs)
             return Result()
 
@@ -148,12 +148,82 @@ def test_readme_serves_and_requests_with_the_configs_names_shapes_and_dtypes(art
     package.http = http
     monkeypatch.setitem(sys.modules, "tritonclient", package)
     monkeypatch.setitem(sys.modules, "tritonclient.http", http)
-    http_example, grpc_example = re.findall(r"```python\n(.*?)```", readme, re.S)  # tests/serve runs both on a real server
+    http_example, grpc_example = re.findall(r"```python\n(.*?)```", readme, re.S)
     assert grpc_example == http_example.replace("tritonclient.http as httpclient", "tritonclient.grpc as grpcclient").replace(
         "httpclient.", "grpcclient."
     ).replace("localhost:8000", "localhost:8001")
     exec(compile(http_example, "README example", "exec"), {})
-    assert set(sent) == {"input"}
+    return sent
+
+
+def test_readme_serves_and_requests_with_the_configs_names_shapes_and_dtypes(artifact, tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    assert invoke(artifact, "--triton", repo, "--name", "digits").exit_code == 0
+    readme = (repo / "digits" / "README.md").read_text()
+    assert "tritonserver --model-repository=/models" in readme and "nvcr.io/nvidia/tritonserver:" in readme
+    assert "# your preprocessed images: (batch, channels, height, width) = (batch, 3, 32, 32)" in readme
+    assert "# predicted class per image" in readme and "the model family's own eval transform to 32x32" in readme
+    sent = run_readme_example(repo / "digits", monkeypatch)
+    assert {name: a.shape for name, a in sent.items()} == {"input": (1, 3, 32, 32)}
+
+
+#: name -> (the input config.pbtxt must name, what the README calls one sample, its axes after the batch, words its
+#: preprocessing note must hold)
+MEDIA = {
+    "videomae": ("pixel_values", "clip", "frames, channels, height, width", "A clip gives 4 RGB frames at evenly spaced positions"),
+    "ast": ("input_values", "sound", "time, mel", "makes 100 frames (padded or cut) of 48 log-mel filter banks"),
+}
+
+
+@pytest.mark.parametrize("name", list(MEDIA))
+def test_a_video_or_audio_model_is_packaged_with_its_own_input_dims_and_request(exported, tmp_path, monkeypatch, name):
+    """config.pbtxt's input is the kind's (VideoMAE: pixel_values [frames, 3, H, W]; AST: input_values [time, mel]), and
+    the README's request sends that shape and speaks of clips or sounds, never images."""
+    directory, repo = exported.tiny(name), tmp_path / "repo"  # the shared tiny export (helpers.media_models)
+    before = snapshot(directory)
+    result = invoke(directory, "--triton", repo, "--name", name, "--json")
+    assert result.exit_code == 0, result.output
+    assert snapshot(directory) == before  # package reads the artifact and writes only into the repository
+    input_name, noun, axes, note = MEDIA[name]
+    dims = list(TINY[name][3])
+    manifest = json.loads((directory / "manifest.json").read_text())
+    config = parse_config(repo / name)
+    assert tensors(config.input) == manifest_tensors(manifest, "inputs") == [(input_name, "TYPE_FP32", dims)]
+    assert tensors(config.output) == manifest_tensors(manifest, "outputs") == [("logits", "TYPE_FP32", [5])]
+    assert json.loads(result.stdout)["inputs"] == [{"name": input_name, "dtype": "float32", "triton_dtype": "FP32", "dims": dims}]
+    readme = (repo / name / "README.md").read_text()
+    shape = ", ".join(map(str, dims))
+    assert (
+        readme.count(f"batch = np.zeros((1, {shape}), dtype=np.float32)  # your preprocessed {noun}s: (batch, {axes}) = (batch, {shape})")
+        == 2
+    )
+    assert readme.count(f"# predicted class per {noun}") == 2 and note in readme
+    assert "image" not in readme.lower() and "timm" not in readme
+    sent = run_readme_example(repo / name, monkeypatch)
+    assert {n: a.shape for n, a in sent.items()} == {input_name: (1, *dims)}
+
+
+def test_a_video_models_ir_is_validated_on_clips_and_a_folder_without_clips_is_refused(exported, tmp_path):
+    """`runtime=openvino` with `images=`: a video model's IR is judged on the folder's clips (the report counts clips),
+    and a folder of images for it is refused by what it lacks, before anything is written."""
+    from helpers.media import write_clip  # PyAV, the [media] extra
+
+    directory, clips, pictures = exported.tiny("videomae"), tmp_path / "clips", tmp_path / "pictures"
+    clips.mkdir(), pictures.mkdir()
+    for i in range(3):
+        write_clip(clips / f"clip{i}.mp4", count=6 + i)
+    (pictures / "frame.png").write_bytes(b"")  # an image, not a clip
+    refused = invoke(directory, "--triton", tmp_path / "refused", "--runtime", "openvino", "--images", pictures)
+    assert refused.exit_code == 2 and f"clip folder {pictures} holds no clips (.avi, .mkv, .mov, .mp4, .webm)" in " ".join(
+        refused.output.split()
+    )
+    assert not (tmp_path / "refused").exists()
+    result = invoke(directory, "--triton", tmp_path / "repo", "--name", "videomae_ov", "--runtime", "openvino", "--images", clips)
+    assert result.exit_code == 0, result.output
+    assert "(3 clips, max |diff|" in " ".join(result.output.split())
+    config = parse_config(tmp_path / "repo" / "videomae_ov")
+    assert config.backend == "openvino" and tensors(config.input) == [("pixel_values", "TYPE_FP32", [4, 3, 32, 32])]
+    assert files_under(tmp_path / "repo" / "videomae_ov") == ["1", "1/model.bin", "1/model.xml", "README.md", "config.pbtxt"]
 
 
 def test_tensorrt_repository_from_an_engine(artifact, tmp_path):

@@ -13,7 +13,7 @@ import pytest
 
 from serving.tritonserver import ServeEnvironment, ServerError
 
-from helpers.serving import SERVED, SERVED_EXPORTS, package
+from helpers.serving import SERVED, SERVED_EXPORTS, SERVED_TINY, package
 
 
 @pytest.fixture(scope="session")
@@ -28,13 +28,14 @@ def serve_environment() -> ServeEnvironment:
 
 @pytest.fixture(scope="session")
 def exports(exported) -> dict[str, Path]:
-    """The digits ToMe r=4 export (trained weights) and DeiT-S ToMe r=16 (random weights), the shared ones."""
-    return {key: exported(stem) for key, stem in SERVED_EXPORTS.items()}
+    """The digits ToMe r=4 export (trained weights), DeiT-S ToMe r=16 (random weights) and a tiny VideoMAE classifier
+    with ToMe r=4 (seeded random weights, a 4-frame 32x32 clip), the shared ones."""
+    return {key: exported(stem) for key, stem in SERVED_EXPORTS.items()} | {key: exported.tiny(name) for key, name in SERVED_TINY.items()}
 
 
 @pytest.fixture(scope="session")
 def repository(exports, tmp_path_factory) -> Path:
-    """What `deploytk package` wrote for the three served models, unchanged."""
+    """What `deploytk package` wrote for the served models (SERVED), unchanged."""
     repo = tmp_path_factory.mktemp("serve-repo")
     for name, (export, options) in SERVED.items():
         package(exports[export], repo, name, *options)

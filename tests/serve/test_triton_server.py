@@ -126,8 +126,9 @@ BF16_SERVED = pytest.mark.xfail(
     "model, export", [pytest.param(m, e, marks=BF16_SERVED if m == "digits_ov" else ()) for m, (e, _) in SERVED.items()]
 )
 def test_served_outputs_pass_deploytk_validate(server, exports, references, model, export):
-    """deploytk validate's own comparison (64 seeded images, batches of 8, the export's default tolerances), with the
-    server in place of a runtime: no probes, so every image must agree with the reference by itself."""
+    """deploytk validate's own comparison (64 seeded samples of the export's input kind: images, or VideoMAE's clips
+    [frames, 3, H, W]; batches of 8, the export's default tolerances), with the server in place of a runtime: no probes,
+    so every sample must agree with the reference by itself."""
     artifact = Artifact.open(exports[export])
     tol = Tolerances.for_precision(artifact.numerics)
     report = validate(exports[export], ServedBackend(server.grpc_url, model), None, tol, reference=references[export].module)
@@ -135,14 +136,14 @@ def test_served_outputs_pass_deploytk_validate(server, exports, references, mode
     assert report.num_images == 64 and report.top1_agreement == 1.0 and report.max_abs_diff <= tol.atol
 
 
-@pytest.mark.parametrize("model, export", [("digits", "digits"), ("digits_ov", "digits"), ("deit_s", "deit")])
+@pytest.mark.parametrize("model, export", [("digits", "digits"), ("digits_ov", "digits"), ("deit_s", "deit"), ("videomae", "videomae")])
 def test_readme_client_examples_run_verbatim_over_http_and_grpc(server, repository, exports, references, model, export):
     """The model folder's README requests, as written; only the server's address is this server's (not 8000/8001)."""
     readme = (repository / model / "README.md").read_text()
     examples = re.findall(r"```python\n(.*?)```", readme, re.S)
     assert len(examples) == 2 and "tritonclient.http" in examples[0] and "tritonclient.grpc" in examples[1]
     artifact = Artifact.open(exports[export])
-    zeros = np.zeros((1, 3, *artifact.img_size), dtype=np.float32)  # the examples send one all-zero image
+    zeros = np.zeros(artifact.input_kind.batch_shape(1), dtype=np.float32)  # the examples send one all-zero sample
     expected = references[export].run(zeros)["logits"].argmax(axis=1)
     for example, port, url in zip(examples, ("localhost:8000", "localhost:8001"), (server.http_url, server.grpc_url), strict=True):
         assert example.count(port) == 1
@@ -184,6 +185,19 @@ def test_a_bad_request_is_refused_by_name_and_the_server_keeps_serving(server, r
         infer(url, "digits", client=client, **kwargs)
     x = images(2, 32, seed=5)
     np.testing.assert_allclose(infer(url, "digits", x, client=client), references["digits"].run(x)["logits"], atol=1e-4, rtol=0)
+
+
+def test_a_video_model_takes_frames_before_channels_and_the_server_names_a_clip_sent_channels_first(server, references):
+    """The served VideoMAE's input is pixel_values [batch, frames, 3, H, W]: a clip sent as [batch, 3, frames, H, W] (the
+    layout of 3-D CNNs) is refused with both shapes, and the clips sent right are answered as the reference answers them."""
+    clips = np.random.default_rng(7).standard_normal((3, 4, 3, 32, 32), dtype=np.float32)
+    swapped = np.ascontiguousarray(clips.transpose(0, 2, 1, 3, 4))
+    with pytest.raises(
+        InferenceServerException, match=r"input 'pixel_values' for model 'videomae'\. Expected \[-1,4,3,32,32\], got \[3,3,4,32,32\]"
+    ):
+        infer(server.grpc_url, "videomae", swapped, name="pixel_values", client=grpcclient)
+    served = infer(server.grpc_url, "videomae", clips, name="pixel_values", client=grpcclient)
+    np.testing.assert_allclose(served, references["videomae"].run(clips)["logits"], atol=1e-4, rtol=0)
 
 
 @pytest.mark.parametrize("concurrency, requests", LOAD)
