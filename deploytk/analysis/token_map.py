@@ -424,7 +424,7 @@ def legend(method: str, kind: str, sources: Sources, layers: list[int], colors: 
     fill = "the mean colour of its patches" if colors == "mean" else "a colour of its own"
     parts = [f"{method} ({kind}), choices of {backend}: each token in {fill}, thin lines between tokens"]
     if sources.time_groups > 1:
-        parts.append("a token spans frames where its colour is in several (tubelets merge across time)")
+        parts.append("a token can span frames (tubelets merge across time): its colour then shows in each")
     if uncovered:
         parts.append("grey: in no patch")
     if any(sources.summary(b)["patches_dropped"] for b in layers):
