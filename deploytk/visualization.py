@@ -120,8 +120,7 @@ def trace(
     kind = model.family.input_kind
     if not kind.drawn:
         raise DeploytkError(
-            f"visualize draws images, clips and spectrograms; {cfg.model} takes {kind.nouns} ({kind.describe()}), which it does not "
-            "draw yet."
+            f"visualize does not draw {kind.nouns} yet: {cfg.model} takes {kind.nouns} ({kind.describe()})."
         )
     require_sample_file(image, kind)
     if artifact is not None:
