@@ -53,15 +53,16 @@ DPI = 100
 MAX_COLUMNS = 5
 LEGEND_INCHES = 0.7
 CAPTION_CHAR_POINTS = 5.0  # the average width of a character of the 8-point caption
-#: panels are upscaled (nearest) to at least this many pixels (their shorter side) so that boundaries stay thin, and
-#: to at most MAX_PANEL_PIXELS (their longer side)
-MIN_PANEL_PIXELS = 224
-MAX_PANEL_PIXELS = 4096
 #: panels wider than this (width / height: a clip's frames side by side, a spectrogram) are drawn one per row,
 #: WIDE_ROW_INCHES high, at most WIDE_MAX_INCHES wide (and at least PANEL_INCHES[0] * 2 for the caption)
 WIDE = 1.5
 WIDE_ROW_INCHES = 2.4
-WIDE_MAX_INCHES = 16.0
+WIDE_MAX_INCHES = 20.0
+#: panels are upscaled (nearest) to at least this many pixels (their shorter side) so that boundaries stay thin, but
+#: not past the widest panel's pixels in the PNG: a panel the PNG shrinks loses its one-pixel boundaries (an AST's
+#: 1024 frames upscaled twice lost every line across time)
+MIN_PANEL_PIXELS = 224
+MAX_PANEL_PIXELS = int(WIDE_MAX_INCHES * DPI * 0.96)
 TITLE_INCHES = 0.55
 
 

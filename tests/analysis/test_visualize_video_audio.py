@@ -191,3 +191,15 @@ def test_a_corrupt_or_missing_file_is_refused_by_name_and_nothing_is_written(nam
     missing = tmp_path / f"none{broken.suffix}"
     fails([yaml, "--image", missing, "--output", out], f"{noun} {missing} does not exist (--image): give a", out)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("shape", [(128, 1024), (224, 8 * 224 + 7 * 14), (32, 66)], ids=["AST-1024", "VideoMAE-B-16", "tiny-clip"])
+def test_the_png_never_shrinks_a_wide_panel(shape):
+    """A panel shown in fewer pixels than it has loses its one-pixel token boundaries (a full AST's lines across time
+    vanished so): every wide panel, at its scale, fits the width its row gets in the PNG."""
+    from deploytk.inputs import Canvas
+
+    laid = Canvas(np.zeros((*shape, 3)), np.zeros(shape, dtype=np.int64), "")
+    s = panel_scale(laid)
+    width, _ = png_size(2, shape[1] / shape[0])
+    assert shape[1] * s <= 0.96 * width and (s > 1 or min(shape) >= 224 or shape[1] * 2 > 0.96 * width)
