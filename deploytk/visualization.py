@@ -119,9 +119,7 @@ def trace(
     model = build_reference(cfg).eval()
     kind = model.family.input_kind
     if not kind.drawn:
-        raise DeploytkError(
-            f"visualize does not draw {kind.nouns} yet: {cfg.model} takes {kind.nouns} ({kind.describe()})."
-        )
+        raise DeploytkError(f"visualize does not draw {kind.nouns} yet: {cfg.model} takes {kind.nouns} ({kind.describe()}).")
     require_sample_file(image, kind)
     if artifact is not None:
         artifact.require_exported_from(cfg, config_name, model.family.img_size)
