@@ -1,10 +1,14 @@
-"""`deploytk visualize`: draw where every patch of an image went, block by block, from PyTorch's or a runtime's choices.
+"""`deploytk visualize`: draw where every patch of a sample went, block by block, from PyTorch's or a runtime's choices.
+
+The sample is an image, a clip or a sound, as the model's input kind reads it (``InputKind.read``, then the family's
+eval transform); the kind lays it out for the picture (``InputKind.canvas``: the image; a clip's tubelet groups side by
+side; a spectrogram, low frequencies at the bottom) and maps the patches onto it.
 
 The PyTorch reference is run with source tracking (``deploytk.analysis.token_map``). With
 ``backend="reference"`` its own choices are drawn. With a runtime (``ort``, ``ort-cuda``,
 ``openvino``) the config is exported (or ``artifacts`` is read), the ``dest`` output of every
 deploytk matching/selection node becomes an extra graph output (in memory), the runtime runs the
-image, and its choices replace the reference's in the same source maps: the picture shows what
+sample, and its choices replace the reference's in the same source maps: the picture shows what
 the deployed graph does.
 """
 
@@ -21,18 +25,19 @@ import torch
 from deploytk.analysis.token_map import (
     COLORS,
     Sources,
+    canvas,
     check_layers_exist,
     choose_layers,
-    display_image,
     draw,
     legend,
-    load_image,
+    load_sample,
     panel_title,
     parse_layers,
-    require_image_file,
     require_matplotlib,
+    require_sample_file,
     save_figure,
     track_sources,
+    upscaled,
 )
 from deploytk.backends import BACKENDS, get_backend
 from deploytk.config import DeployConfig
@@ -41,6 +46,7 @@ from deploytk.exporter.artifacts import Artifact
 from deploytk.exporter.pipeline import run_export
 from deploytk.exporter.probes import with_matching_outputs
 from deploytk.files import claim_file
+from deploytk.inputs import NO_PATCH
 from deploytk.merging.merged_vit import MergedViT
 from deploytk.models import build_reference
 from deploytk.ops import OPS
@@ -57,7 +63,7 @@ def backend_names() -> list[str]:
 
 
 def runtime_dests(backend_name: str, artifact: Artifact, image: np.ndarray, sources: Sources) -> list[np.ndarray]:
-    """The ``dest`` of every matching node when ``backend_name`` runs ``image`` [1, 3, H, W] through the artifact's graph."""
+    """The ``dest`` of every matching node when ``backend_name`` runs ``image`` (one sample [1, ...]) through the artifact's graph."""
     backend = get_backend(backend_name, validating=True)
     proto, _ = backend.graph(artifact)
     probed, probes = with_matching_outputs(proto, matching_from=artifact.onnx_path)
@@ -79,8 +85,8 @@ def runtime_dests(backend_name: str, artifact: Artifact, image: np.ndarray, sour
 
 @dataclass
 class Traced:
-    """One image through the reference: the model, the preprocessed image [1, 3, H, W] and where every patch went
-    (the reference's choices, or a runtime's in the same structure)."""
+    """One sample through the reference: the model, the preprocessed sample [1, *input_kind.shape] and where every patch
+    went (the reference's choices, or a runtime's in the same structure)."""
 
     model: MergedViT
     image: torch.Tensor
@@ -98,9 +104,10 @@ def trace(
     config_name: str = "the config",
     progress: Progress = SILENT,
 ) -> Traced:
-    """Run ``image`` through ``cfg``'s reference with source tracking; with a runtime ``backend``, replace the reference's
-    choices by the ones the exported graph (``artifacts``, or a temporary export) makes on that runtime. ``layers``: the
-    blocks that will be drawn, checked against the model before anything is exported."""
+    """Run ``image`` (an image, a clip or a sound file: the model's input kind) through ``cfg``'s reference with source
+    tracking; with a runtime ``backend``, replace the reference's choices by the ones the exported graph (``artifacts``,
+    or a temporary export) makes on that runtime. ``layers``: the blocks that will be drawn, checked against the model
+    before anything is exported."""
     if backend not in backend_names():
         raise DeploytkError(f"`backend={backend!r}`: allowed {', '.join(backend_names())}.")
     if artifacts is not None and backend == REFERENCE:
@@ -112,10 +119,8 @@ def trace(
     model = build_reference(cfg).eval()
     kind = model.family.input_kind
     if not kind.drawn:
-        raise DeploytkError(
-            f"visualize draws the merges of image models; {cfg.model} takes {kind.nouns} ({kind.describe()}), which it does not draw yet."
-        )
-    require_image_file(image)
+        raise DeploytkError(f"visualize does not draw {kind.nouns} yet: {cfg.model} takes {kind.nouns} ({kind.describe()}).")
+    require_sample_file(image, kind)
     if artifact is not None:
         artifact.require_exported_from(cfg, config_name, model.family.img_size)
     if not model.blocks_run:
@@ -125,7 +130,7 @@ def trace(
             hint="Set a later `export.feature_layer`, or visualize a config without it.",
         )
     check_layers_exist(layers, model.blocks_run)  # before any export; a feature-layer output runs fewer blocks
-    x = load_image(image, model.family)
+    x = load_sample(image, model.family)
     progress.step("tracking every patch through the reference")
     sources = track_sources(model, x)
     if backend != REFERENCE:
@@ -140,26 +145,25 @@ def trace(
                 progress.step("exporting to a temporary directory")
                 run_export(cfg, Path(tmp) / "artifact", progress)
                 artifact = Artifact.open(Path(tmp) / "artifact", verify=False)
-            progress.step(f"running the image on {backend} with the matching ops' choices as outputs")
+            progress.step(f"running the {kind.noun} on {backend} with the matching ops' choices as outputs")
             sources = sources.with_dests(runtime_dests(backend, artifact, x.numpy(), sources), f"{backend}'s graph")
     return Traced(model, x, sources, backend)
 
 
 def picture(traced: Traced, chosen: list[int], colors: str = "mean") -> tuple[list[np.ndarray], list[str], str]:
-    """(panels: the input image then one per chosen block, uint8 RGB; their titles; the caption)."""
+    """(panels: the input then one per chosen block, uint8 RGB; their titles; the caption)."""
     sources = traced.sources
-    shown = display_image(traced.model.family, traced.image)
-    panels = [draw(shown, sources, b, colors) for b in chosen]
-    scale = panels[0].shape[0] // shown.shape[0]
-    original = (np.repeat(np.repeat(shown, scale, axis=0), scale, axis=1) * 255).round().astype(np.uint8)
-    titles = [f"input ({sources.grid[0]}x{sources.grid[1]} patches)"] + [panel_title(sources, b) for b in chosen]
+    laid_out = canvas(traced.model.family, traced.image)
+    panels = [draw(laid_out, sources, b, colors) for b in chosen]
+    titles = [laid_out.title] + [panel_title(sources, b) for b in chosen]
     model = traced.model
     if model.output_kind == "tokens" and chosen[-1] == model.blocks_run - 1:  # the last block run: what the graph outputs
         prefix = "" if model.output.keep_prefix_tokens else f" (prefix token{'s' if model.protected > 1 else ''} dropped)"
         titles[-1] += f"\n= output tokens, K = {model.output_tokens}{prefix}"
     method = traced.model.reduction
     who = "the PyTorch reference" if traced.backend == REFERENCE else f"{traced.backend} (the exported graph)"
-    return [original, *panels], titles, legend(method.name, method.kind, sources, chosen, colors, who)
+    uncovered = bool((laid_out.patch == NO_PATCH).any())
+    return [upscaled(laid_out), *panels], titles, legend(method.name, method.kind, sources, chosen, colors, who, uncovered)
 
 
 def visualize(
@@ -174,8 +178,9 @@ def visualize(
     config_name: str = "the config",
     progress: Progress = SILENT,
 ) -> dict:
-    """Draw, for each chosen block, the image with every patch in the colour of the token it belongs to; write ``output``
-    (a PNG, atomically) and return a summary (layers, tokens left, output, backend). See the module doc."""
+    """Draw, for each chosen block, the sample (``image``: an image, a clip or a sound file) with every patch in the colour
+    of the token it belongs to; write ``output`` (a PNG, atomically) and return a summary (layers, tokens left, output,
+    backend). See the module doc."""
     if colors not in COLORS:
         raise DeploytkError(f"`colors={colors!r}`: allowed {', '.join(COLORS)}.")
     with claim_file(Path(output), "deploytk visualize") as picture_out:
@@ -199,7 +204,7 @@ def visualize(
             "artifacts": str(artifacts) if artifacts is not None else None,
             "method": method.name,
             "kind": method.kind,
-            "patches": sources.grid[0] * sources.grid[1],
+            "patches": sources.patches,
             "protected_tokens": sources.protected,
             "tokens_per_block": [sources.tokens(b) for b in range(sources.depth)],
             "reducing_blocks": sources.reducing_blocks,

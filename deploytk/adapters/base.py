@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from deploytk.errors import DeploytkError
-from deploytk.inputs import ImageInput, InputKind
+from deploytk.inputs import ImageInput, InputKind, PatchGrid
 
 #: the pooling kinds ``pool_tokens`` knows: the class token, size-weighted average, max, their mix, or none (all tokens)
 POOLS = ("token", "avg", "avgmax", "max", "")
@@ -142,6 +142,12 @@ class ModelFamily:
         """What one sample of the model's input is (``deploytk.inputs``): an RGB image of ``img_size`` unless the family
         says otherwise (a video family: a clip of frames; an audio family: a spectrogram)."""
         return ImageInput.of_size(self.img_size)
+
+    @property
+    def patch_grid(self) -> PatchGrid:
+        """How the input is cut into patch tokens (what ``visualize`` maps onto the sample): ``time_groups`` grids of
+        ``grid_size`` tiling the input, unless the family's patches overlap."""
+        return PatchGrid(self.grid_size[0], self.grid_size[1], self.time_groups)
 
     @property
     def post_norm(self) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from deploytk.adapters.base import register_family
 from deploytk.adapters.hf_common import HFBlock, HFFamily, OutputOf
 from deploytk.errors import DeploytkError
-from deploytk.inputs import SpectrogramInput
+from deploytk.inputs import PatchGrid, SpectrogramInput
 
 
 @register_family
@@ -35,6 +35,8 @@ class HFAST(HFFamily):
         self.grid_size = (int(frequencies), int(times))
         self.time_steps, self.mel_bins = int(config.max_length), int(config.num_mel_bins)
         self.img_size = (self.mel_bins, self.time_steps)  # the (mel, time) plane the patch grid is cut from
+        patch = int(config.patch_size)
+        self._patches = PatchGrid(*self.grid_size, stride=(int(config.frequency_stride), int(config.time_stride)), size=(patch, patch))
         self.embed_dim = int(config.hidden_size)
         self.mlp_dim = int(config.intermediate_size)
         self.pool = "token"
@@ -56,6 +58,11 @@ class HFAST(HFFamily):
     @property
     def input_kind(self):
         return SpectrogramInput(self.time_steps, self.mel_bins)
+
+    @property
+    def patch_grid(self):
+        """Overlapping patches: ``patch_size`` squares ``frequency_stride`` x ``time_stride`` apart over (mel, time)."""
+        return self._patches
 
     def _prefix(self) -> str:
         return "" if self.backbone is self.model else "audio_spectrogram_transformer."

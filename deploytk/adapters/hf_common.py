@@ -201,8 +201,14 @@ class HFVideoFamily(HFFamily):
         return lambda frames: processor(list(frames), return_tensors="pt")["pixel_values"][0]
 
     def normalization(self):
+        """(mean, std) of the processor's output relative to pixels in [0, 1]: its rescale (ViViT's to [-1, 1], with
+        ``offset``) folded into its normalisation, so that ``x * std + mean`` is the frame the model saw."""
         processor = self._video_processor()
-        return tuple(processor.image_mean), tuple(processor.image_std)
+        k = 255 * float(processor.rescale_factor) if processor.do_rescale else 255.0  # rescaled = k * pixel - shift
+        shift = 1.0 if processor.do_rescale and getattr(processor, "offset", False) else 0.0
+        mean = processor.image_mean if processor.do_normalize else (0.0, 0.0, 0.0)
+        std = processor.image_std if processor.do_normalize else (1.0, 1.0, 1.0)
+        return tuple((shift + float(m)) / k for m in mean), tuple(float(s) / k for s in std)
 
     def _video_processor(self):
         if getattr(self, "_processor", None) is None:

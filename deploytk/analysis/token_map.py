@@ -1,4 +1,4 @@
-"""Where every patch of an image went: source tracking through a token-reducing ViT, and its picture.
+"""Where every patch of a sample went: source tracking through a token-reducing ViT, and its picture.
 
 ``recording(model)`` runs the merged reference unchanged and records, per block, how the
 tokens entering it map onto the tokens leaving it:
@@ -16,8 +16,9 @@ tokens entering it map onto the tokens leaving it:
   block keeps only the class token).
 
 ``track_sources`` composes those maps into, for every block, the token each original patch
-belongs to after it (or -1: dropped). ``draw`` renders the panels (numpy) and ``save_figure``
-writes them with matplotlib (optional: the ``bench`` extra).
+belongs to after it (or -1: dropped). ``draw`` renders the panels (numpy) on the sample's canvas (its input kind
+lays it out: an image, a clip's frames side by side, a spectrogram; ``InputKind.canvas``) and ``save_figure`` writes
+them with matplotlib (optional: the ``bench`` extra).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from deploytk.adapters import ModelFamily
 from deploytk.data import load_samples
 from deploytk.errors import DeploytkError, file_problem
 from deploytk.files import FileOutput
+from deploytk.inputs import NO_PATCH, Canvas, InputKind
 from deploytk.merging.learned import LearnedMerge
 from deploytk.merging.merged_vit import MergedViT
 from deploytk.ops import spec_for
@@ -51,8 +53,17 @@ DPI = 100
 MAX_COLUMNS = 5
 LEGEND_INCHES = 0.7
 CAPTION_CHAR_POINTS = 5.0  # the average width of a character of the 8-point caption
-#: panels are upscaled (nearest) to at least this many pixels so that boundaries stay thin
+#: panels wider than this (width / height: a clip's frames side by side, a spectrogram) are drawn one per row,
+#: WIDE_ROW_INCHES high, at most WIDE_MAX_INCHES wide (and at least PANEL_INCHES[0] * 2 for the caption)
+WIDE = 1.5
+WIDE_ROW_INCHES = 2.4
+WIDE_MAX_INCHES = 20.0
+#: panels are upscaled (nearest) to at least this many pixels (their shorter side) so that boundaries stay thin, but
+#: not past the widest panel's pixels in the PNG: a panel the PNG shrinks loses its one-pixel boundaries (an AST's
+#: 1024 frames upscaled twice lost every line across time)
 MIN_PANEL_PIXELS = 224
+MAX_PANEL_PIXELS = int(WIDE_MAX_INCHES * DPI * 0.96)
+TITLE_INCHES = 0.55
 
 
 @dataclass
@@ -101,14 +112,19 @@ class BlockRecord:
 class Sources:
     """Every original patch's token after each block."""
 
-    grid: tuple[int, int]  # patch rows, columns
+    grid: tuple[int, int]  # patch rows, columns (of one time group)
     protected: int
     records: list[BlockRecord]
     owner: np.ndarray = field(init=False)  # [depth, P]: token index after block i, -1 where dropped
     fused: np.ndarray = field(init=False)  # [depth, P]: the patch went into a fused token (and is still there)
+    time_groups: int = 1  # a video's tubelet groups: P = time_groups x rows x cols, time first
+
+    @property
+    def patches(self) -> int:
+        return self.time_groups * self.grid[0] * self.grid[1]
 
     def __post_init__(self):
-        patches = self.grid[0] * self.grid[1]
+        patches = self.patches
         cur, fused = self.protected + np.arange(patches), np.zeros(patches, dtype=bool)
         owners, flags = [], []
         for rec in self.records:
@@ -166,7 +182,7 @@ class Sources:
                     )
                 rec = replace(rec, dest=dest)
             records.append(rec)
-        return Sources(self.grid, self.protected, records)
+        return Sources(self.grid, self.protected, records, self.time_groups)
 
 
 # ---- recording ------------------------------------------------------------------------------
@@ -238,41 +254,45 @@ def _record(i: int, n_in: int, n_out: int, calls: list, mixed: list, protected: 
     return rec
 
 
-def track_sources(model: MergedViT, image: torch.Tensor) -> Sources:
-    """Run ``model`` on one preprocessed image [1, 3, H, W] and return where every patch went after each block."""
-    if image.ndim != 4 or image.shape[0] != 1:
-        raise DeploytkError(f"track_sources takes one image [1, 3, H, W]; got shape {list(image.shape)}.")
-    grid = model.family.grid_size
+def track_sources(model: MergedViT, sample: torch.Tensor) -> Sources:
+    """Run ``model`` on one preprocessed sample [1, *input_kind.shape] and return where every patch went after each block."""
+    kind = model.family.input_kind
+    if tuple(sample.shape) != kind.batch_shape(1):
+        raise DeploytkError(f"track_sources takes one sample {list(kind.batch_shape(1))}; got shape {list(sample.shape)}.")
+    family = model.family
     with recording(model) as records, torch.no_grad():
-        model(image)
-    stem = [BlockRecord(i, model.num_tokens, model.num_tokens) for i in range(model.family.stem_blocks)]  # ran in ``embed``
-    return Sources(grid, model.protected, stem + records)
+        model(sample)
+    stem = [BlockRecord(i, model.num_tokens, model.num_tokens) for i in range(family.stem_blocks)]  # ran in ``embed``
+    return Sources(family.grid_size, model.protected, stem + records, family.time_groups)
 
 
 # ---- inputs ---------------------------------------------------------------------------------
 
 
-def require_image_file(path: Path) -> Path:
+def require_sample_file(path: Path, kind: InputKind) -> Path:
+    """``path`` (the parameter ``image``), refused unless it is a file: the model's kind (an image, a clip, a sound) says
+    what to give instead."""
     path = Path(path)
-    problem = file_problem(path, "an image file")
+    problem = file_problem(path, f"{'an' if kind.noun[0] in 'aeiou' else 'a'} {kind.noun} file")
     if problem:
-        raise DeploytkError(f"image {path} {problem} (`image=`): give a PNG or JPG file (anything Pillow reads).")
+        raise DeploytkError(f"{kind.noun} {path} {problem} (`image=`): give {kind.file_help}.")
     return path
 
 
-def load_image(path: Path, family: ModelFamily) -> torch.Tensor:
-    """``path`` preprocessed by the model family's eval transform (as ``deploytk eval`` does): [1, 3, H, W]."""
-    path = require_image_file(path)
+def load_sample(path: Path, family: ModelFamily) -> torch.Tensor:
+    """``path`` decoded by the family's input kind and preprocessed by its eval transform (as ``deploytk eval`` and
+    ``validate`` do): [1, *input_kind.shape]; a file that cannot be decoded is refused with its name."""
+    kind = family.input_kind
+    path = require_sample_file(path, kind)
     try:
-        return torch.from_numpy(load_samples([path], family.eval_transform(), family.input_kind))
+        return torch.from_numpy(load_samples([path], family.eval_transform(), kind))
     except DeploytkError as err:
-        raise DeploytkError(f"{err.message} `image=` takes a PNG or JPG file (anything Pillow reads).") from None
+        raise DeploytkError(f"{err.message} `image=` takes {kind.file_help} for this model.", hint=err.hint) from None
 
 
-def display_image(family: ModelFamily, image: torch.Tensor) -> np.ndarray:
-    """The preprocessed image as the model sees it, back in [0, 1] RGB [H, W, 3] (mean/std undone)."""
-    mean, std = (np.asarray(v, dtype=np.float32)[:, None, None] for v in family.normalization())
-    return np.clip(image[0].numpy() * std + mean, 0, 1).transpose(1, 2, 0)
+def canvas(family: ModelFamily, sample: torch.Tensor) -> Canvas:
+    """The preprocessed ``sample`` [1, ...] laid out by the family's input kind, the family's patches mapped onto it."""
+    return family.input_kind.canvas(sample[0].numpy(), family.normalization(), family.patch_grid)
 
 
 def parse_layers(text: str | None) -> list[int] | None:
@@ -320,56 +340,94 @@ def palette(n: int) -> np.ndarray:
     return np.array([colorsys.hsv_to_rgb((0.13 + 0.618034 * k) % 1.0, 0.65, 0.95 if k % 2 else 0.75) for k in range(n)])
 
 
-def draw(image: np.ndarray, sources: Sources, block: int, colors: str = "mean") -> np.ndarray:
-    """The panel of ``block`` (uint8 [H*s, W*s, 3]): every patch in its token's colour, thin boundaries between
-    tokens (white on dark, black on light), dropped patches dimmed, fused ones hatched. ``image`` [H, W, 3] in [0, 1]."""
+def panel_scale(canvas: Canvas) -> int:
+    """The whole-number upscaling of a canvas's panels: its shorter side to MIN_PANEL_PIXELS, its longer at most
+    MAX_PANEL_PIXELS."""
+    h, w = canvas.patch.shape
+    return max(1, min(math.ceil(MIN_PANEL_PIXELS / min(h, w)), MAX_PANEL_PIXELS // max(h, w)))
+
+
+def upscaled(canvas: Canvas) -> np.ndarray:
+    """The canvas's background as the input panel (uint8, at the panels' scale)."""
+    s = panel_scale(canvas)
+    return (np.repeat(np.repeat(canvas.background, s, axis=0), s, axis=1) * 255).round().astype(np.uint8)
+
+
+def draw(canvas: Canvas, sources: Sources, block: int, colors: str = "mean") -> np.ndarray:
+    """The panel of ``block`` (uint8 [H*s, W*s, 3], ``canvas`` upscaled): every patch in its token's colour, thin
+    boundaries between tokens (white on dark, black on light), dropped patches dimmed, fused ones hatched; what no patch
+    covers in grey, the gaps of the layout as they are."""
     if colors not in COLORS:
         raise DeploytkError(f"`colors={colors!r}`: allowed {', '.join(COLORS)}.")
-    rows, cols = sources.grid
-    h, w = image.shape[:2]
-    ph, pw = h // rows, w // cols
-    scale = max(1, math.ceil(MIN_PANEL_PIXELS / max(h, w)))
+    scale = panel_scale(canvas)
     owner = sources.owner[block]
-    patch_mean = image[: rows * ph, : cols * pw].reshape(rows, ph, cols, pw, 3).mean(axis=(1, 3)).reshape(-1, 3)
+    patches = sources.patches
+    if canvas.patch.max() >= patches:
+        raise DeploytkError(f"the canvas shows patch {canvas.patch.max()}, the model has {patches}.")
+    covered = canvas.patch >= 0
+    index = canvas.patch[covered]
+    counts = np.maximum(np.bincount(index, minlength=patches), 1)[:, None]
+    patch_mean = np.stack([np.bincount(index, canvas.background[covered][:, c], minlength=patches) for c in range(3)], 1) / counts
     tokens, inverse = np.unique(owner, return_inverse=True)
     if colors == "mean":
         token_colour = np.stack([patch_mean[owner == t].mean(0) for t in tokens])
     else:
         token_colour = palette(sources.tokens(block))[np.maximum(tokens, 0)]
-    patch_colour = token_colour[inverse]  # [P, 3]
-    # pixels: the patch grid upscaled, each pixel knowing its patch
-    py = np.minimum(np.arange(h * scale) // (ph * scale), rows - 1)
-    px = np.minimum(np.arange(w * scale) // (pw * scale), cols - 1)
-    patch = py[:, None] * cols + px[None, :]
-    out = patch_colour[patch]
-    dropped = (owner < 0)[patch]
-    big = np.repeat(np.repeat(image, scale, axis=0), scale, axis=1)
-    out[dropped] = 0.25 * big[dropped] + 0.1  # dimmed: the image, darkened
-    fused = sources.fused[block][patch]
-    yy, xx = np.mgrid[: h * scale, : w * scale]
+    patch_colour = token_colour[inverse.reshape(-1)]  # [P, 3]
+    # pixels: the canvas upscaled, each pixel knowing its patch (-1: none)
+    patch = np.repeat(np.repeat(canvas.patch, scale, axis=0), scale, axis=1)
+    shown = patch >= 0
+    big = np.repeat(np.repeat(canvas.background, scale, axis=0), scale, axis=1)
+    out = big.copy()
+    out[shown] = patch_colour[patch[shown]]
+    uncovered = patch == NO_PATCH
+    out[uncovered] = 0.3 + 0.4 * (big[uncovered] @ np.array([0.299, 0.587, 0.114]))[:, None]  # grey: the sample's luma
+    dropped = shown & (owner < 0)[np.maximum(patch, 0)]
+    out[dropped] = 0.25 * big[dropped] + 0.1  # dimmed: the sample, darkened
+    fused = shown & sources.fused[block][np.maximum(patch, 0)]
+    yy, xx = np.mgrid[: patch.shape[0], : patch.shape[1]]
     stripe = ((yy + xx) // max(2, scale)) % 4 == 0
     out[fused & stripe] = 0.5 * out[fused & stripe]  # hatched: dark diagonal stripes
-    who = owner[patch]
+    who = np.where(shown, owner[np.maximum(patch, 0)], -2)
     edge = np.zeros(who.shape, dtype=bool)
-    edge[:, :-1] |= who[:, :-1] != who[:, 1:]
-    edge[:-1, :] |= who[:-1, :] != who[1:, :]
+    across = (who[:, :-1] != who[:, 1:]) & shown[:, :-1] & shown[:, 1:]  # between two tokens, not at a gap
+    down = (who[:-1, :] != who[1:, :]) & shown[:-1, :] & shown[1:, :]
+    edge[:, :-1] |= across
+    edge[:-1, :] |= down
     light = out @ np.array([0.299, 0.587, 0.114]) > 0.55
     out[edge & ~light] = 1.0  # white lines on dark tokens, black on light ones
     out[edge & light] = 0.0
     return (np.clip(out, 0, 1) * 255).round().astype(np.uint8)
 
 
-def png_size(panels: int) -> tuple[int, int]:
-    """(width, height) in pixels of a picture with ``panels`` panels (the original image included)."""
-    cols = min(panels, MAX_COLUMNS)
-    rows = math.ceil(panels / cols)
-    return round(cols * PANEL_INCHES[0] * DPI), round((rows * PANEL_INCHES[1] + LEGEND_INCHES) * DPI)
+def png_size(panels: int, aspect: float = 1.0) -> tuple[int, int]:
+    """(width, height) in pixels of a picture with ``panels`` panels (the input included) of ``aspect`` (width / height):
+    up to MAX_COLUMNS square-ish panels a row, or one wide panel (a clip's frames, a spectrogram) a row."""
+    width, rows, row_height = _layout(panels, aspect)
+    return round(width * DPI), round((rows * row_height + LEGEND_INCHES) * DPI)
 
 
-def legend(method: str, kind: str, sources: Sources, layers: list[int], colors: str, backend: str) -> str:
-    """The picture's caption: what the colours mean for this method."""
+def _layout(panels: int, aspect: float) -> tuple[float, int, float]:
+    """(figure width, rows, row height) in inches; the columns are ``_columns``."""
+    if aspect <= WIDE:
+        cols = min(panels, MAX_COLUMNS)
+        return cols * PANEL_INCHES[0], math.ceil(panels / cols), PANEL_INCHES[1]
+    panel_width = min(WIDE_MAX_INCHES, aspect * WIDE_ROW_INCHES)
+    return max(panel_width, 2 * PANEL_INCHES[0]), panels, panel_width / aspect + TITLE_INCHES
+
+
+def _columns(panels: int, aspect: float) -> int:
+    return min(panels, MAX_COLUMNS) if aspect <= WIDE else 1
+
+
+def legend(method: str, kind: str, sources: Sources, layers: list[int], colors: str, backend: str, uncovered: bool = False) -> str:
+    """The picture's caption: what the colours mean for this method (``uncovered``: some of the sample is in no patch)."""
     fill = "the mean colour of its patches" if colors == "mean" else "a colour of its own"
     parts = [f"{method} ({kind}), choices of {backend}: each token in {fill}, thin lines between tokens"]
+    if sources.time_groups > 1:
+        parts.append("a token can span frames (tubelets merge across time): its colour then shows in each")
+    if uncovered:
+        parts.append("grey: in no patch")
     if any(sources.summary(b)["patches_dropped"] for b in layers):
         parts.append("dimmed: dropped")
     if any(sources.summary(b)["patches_fused"] for b in layers):
@@ -412,15 +470,18 @@ def save_figure(panels: list[np.ndarray], titles: list[str], caption: str, outpu
     """Write the panels side by side (MAX_COLUMNS per row) with their titles and the caption to ``output`` (a claimed
     PNG), atomically. Returns the PNG's (width, height)."""
     figure_cls = _matplotlib_figure()
-    width, height = png_size(len(panels))
-    cols = min(len(panels), MAX_COLUMNS)
+    aspect = panels[0].shape[1] / panels[0].shape[0]
+    width, height = png_size(len(panels), aspect)
+    cols = _columns(len(panels), aspect)
     rows = math.ceil(len(panels) / cols)
     fig = figure_cls(figsize=(width / DPI, height / DPI), dpi=DPI)
     legend_frac = LEGEND_INCHES * DPI / height
+    title_frac = 0.2 if aspect <= WIDE else TITLE_INCHES / _layout(len(panels), aspect)[2]  # of a row: the title above the panel
     for k, (panel, title) in enumerate(zip(panels, titles, strict=True)):
         r, c = divmod(k, cols)
         cell_w, cell_h = 1 / cols, (1 - legend_frac) / rows
-        ax = fig.add_axes((c * cell_w + 0.02 * cell_w, 1 - (r + 1) * cell_h + 0.02 * cell_h, 0.96 * cell_w, 0.8 * cell_h))
+        box = (c * cell_w + 0.02 * cell_w, 1 - (r + 1) * cell_h + 0.02 * cell_h, 0.96 * cell_w, (1 - title_frac) * cell_h)
+        ax = fig.add_axes(box)
         ax.imshow(panel, interpolation="nearest")
         ax.set_title(title, fontsize=9)
         ax.set_axis_off()

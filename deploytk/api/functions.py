@@ -254,6 +254,7 @@ def visualize(
     **options: Any,
 ) -> VisualizationReport:
     """``image`` with every patch coloured by the token it belongs to after each chosen block, written to ``output``.
+    ``image`` is the model's input kind: an image file, a clip (video models) or a sound (audio models).
 
     ``config_name``: how the report and errors name the model (default: the name or path given, else "the model"; the CLI
     passes its CONFIG path with the config object it built)."""

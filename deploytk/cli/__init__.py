@@ -317,7 +317,11 @@ def inspect(
 @handle_errors
 def visualize(
     config: Path = typer.Argument(..., help="Export config YAML."),
-    image: Path = typer.Option(..., "--image", help="PNG/JPG, preprocessed as timm's eval transform for the model."),
+    image: Path = typer.Option(
+        ...,
+        "--image",
+        help="The model's input: an image (PNG/JPG), a clip (.mp4 ...) or a sound (.wav ...), preprocessed as `eval` and `validate` do.",
+    ),
     layers: str | None = typer.Option(
         None, "--layers", help="0-based blocks to draw, e.g. 3,6,11 (default: up to 4 evenly spaced reducing blocks, the last included)."
     ),
@@ -334,7 +338,7 @@ def visualize(
     colors: str = typer.Option("mean", help="mean: each token in the mean colour of its patches | random: a colour per token."),
     json_out: bool = JSON,
 ):
-    """Draw the image with every patch coloured by the token it belongs to after each chosen block (dimmed: dropped, hatched: fused)."""
+    """Draw the image, clip or spectrogram, each patch coloured by its token after each chosen block (dimmed: dropped, hatched: fused)."""
     from deploytk.api import visualize as run_visualize
     from deploytk.config import load_config_with_overrides
 

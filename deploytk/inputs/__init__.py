@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from deploytk.inputs.base import KINDS, InputKind, input_from_record, register_kind
+from deploytk.inputs.base import GAP, KINDS, NO_PATCH, Canvas, InputKind, PatchGrid, input_from_record, register_kind
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name != "base":
@@ -23,4 +23,16 @@ from deploytk.inputs.image import ImageInput  # noqa: E402 (registered above; re
 from deploytk.inputs.spectrogram import SpectrogramInput  # noqa: E402
 from deploytk.inputs.video import VideoInput  # noqa: E402
 
-__all__ = ["KINDS", "ImageInput", "InputKind", "SpectrogramInput", "VideoInput", "input_from_record", "register_kind"]
+__all__ = [
+    "GAP",
+    "KINDS",
+    "NO_PATCH",
+    "Canvas",
+    "ImageInput",
+    "InputKind",
+    "PatchGrid",
+    "SpectrogramInput",
+    "VideoInput",
+    "input_from_record",
+    "register_kind",
+]

@@ -15,6 +15,59 @@ KINDS: dict[str, type[InputKind]] = {}
 
 
 @dataclasses.dataclass(frozen=True)
+class PatchGrid:
+    """How a model cuts one sample into patch tokens (the family knows it: ``ModelFamily.patch_grid``): ``time_groups``
+    grids of ``rows`` x ``cols`` patches, time first, then row by row. ``stride`` and ``size`` (rows, cols, in the
+    input's own cells: pixels, mel bins x time frames) are set where patches overlap (AST: 16 x 16 patches 10 apart);
+    None: the patches tile the input."""
+
+    rows: int
+    cols: int
+    time_groups: int = 1
+    stride: tuple[int, int] | None = None
+    size: tuple[int, int] | None = None
+
+    @property
+    def patches(self) -> int:
+        return self.time_groups * self.rows * self.cols
+
+
+#: ``Canvas.patch`` where a pixel shows no patch: a part of the sample that no patch covers (drawn in grey), or the gap
+#: between the pieces of a layout (a clip's frames; drawn as the background)
+NO_PATCH, GAP = -1, -2
+
+
+@dataclasses.dataclass(frozen=True)
+class Canvas:
+    """What ``visualize`` draws one sample on: ``background`` [H, W, 3] RGB in [0, 1] (the sample as the model saw it)
+    and ``patch`` [H, W], the patch token each pixel shows (index in the model's patch order), or ``NO_PATCH`` (the
+    spectrogram bins past AST's last patch) or ``GAP`` (between a clip's frames). ``title``: the input panel's title."""
+
+    background: np.ndarray
+    patch: np.ndarray
+    title: str
+
+
+def cells(length: int, count: int, stride: int, size: int) -> np.ndarray:
+    """For each of ``length`` positions, the patch among ``count`` patches ``stride`` apart (each ``size`` long) whose
+    stride cell holds it: overlapping patches are drawn in their own first ``stride`` positions, the last patch in all of
+    its own; ``NO_PATCH`` past the last patch."""
+    where = np.minimum(np.arange(length) // stride, count - 1)
+    return np.where(np.arange(length) < (count - 1) * stride + size, where, NO_PATCH)
+
+
+def tiles(shape: tuple[int, int], grid: PatchGrid) -> np.ndarray:
+    """[H, W] the patch of one plane of ``shape`` cut as ``grid`` says (its rows along H), ``NO_PATCH`` where none is."""
+    h, w = shape
+    if grid.stride is None:  # tiling patches; a remainder joins the last row / column
+        stride, size = (h // grid.rows, w // grid.cols), (h - (grid.rows - 1) * (h // grid.rows), w - (grid.cols - 1) * (w // grid.cols))
+    else:
+        stride, size = grid.stride, grid.size or grid.stride
+    row, col = cells(h, grid.rows, stride[0], size[0]), cells(w, grid.cols, stride[1], size[1])
+    return np.where((row[:, None] >= 0) & (col[None, :] >= 0), row[:, None] * grid.cols + col[None, :], NO_PATCH)
+
+
+@dataclasses.dataclass(frozen=True)
 class InputKind:
     """The input of one model: its kind's layout at the sizes the model was built for (a frozen dataclass per kind)."""
 
@@ -29,8 +82,10 @@ class InputKind:
     nouns: ClassVar[str] = ""
     #: the file name suffixes (lower case, with the dot) a folder of real samples is searched for
     suffixes: ClassVar[frozenset[str]] = frozenset()
-    #: whether `deploytk visualize` draws a sample of this kind
+    #: whether `deploytk visualize` draws a sample of this kind (``canvas``)
     drawn: ClassVar[bool] = False
+    #: the files ``read`` takes, in words, for messages
+    file_help: ClassVar[str] = ""
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -80,6 +135,11 @@ class InputKind:
     def read(self, path: Path) -> Any:
         """The file at ``path`` decoded into what the family's processor takes (an RGB image, a clip's frames, a
         waveform); a file that cannot be decoded is refused with its name."""
+        raise NotImplementedError
+
+    def canvas(self, sample: np.ndarray, normalization: tuple, grid: PatchGrid) -> Canvas:
+        """One preprocessed ``sample`` (``shape``, normalised by ``normalization`` = (mean, std)) laid out as ``visualize``
+        draws it, with ``grid``'s patches mapped onto it."""
         raise NotImplementedError
 
     def files(self, folder: Path, count: int, what: str) -> list[Path]:

@@ -14,7 +14,7 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from deploytk.errors import DeploytkError
-from deploytk.inputs.base import InputKind, register_kind
+from deploytk.inputs.base import Canvas, InputKind, PatchGrid, register_kind, tiles
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"})
 #: Pillow modes of more than 8 bits per sample whose range is 0..65535; Pillow's convert("RGB") clips them at 255
@@ -37,6 +37,7 @@ class ImageInput(InputKind):
     noun, nouns = "image", "images"
     suffixes = IMAGE_SUFFIXES
     drawn = True
+    file_help = "a PNG or JPG file (anything Pillow reads)"
 
     @classmethod
     def of_size(cls, size: tuple[int, int]) -> ImageInput:
@@ -55,6 +56,17 @@ class ImageInput(InputKind):
 
     def read(self, path: Path) -> Image.Image:
         return read_rgb(path)
+
+    def canvas(self, sample: np.ndarray, normalization: tuple, grid: PatchGrid) -> Canvas:
+        """The image as the model saw it (mean/std undone), its patches tiling it."""
+        background = unnormalised(sample, normalization)
+        return Canvas(background, tiles(background.shape[:2], grid), f"input ({grid.rows}x{grid.cols} patches)")
+
+
+def unnormalised(sample: np.ndarray, normalization: tuple) -> np.ndarray:
+    """One normalised RGB sample [3, H, W] back in [0, 1] as [H, W, 3] (mean/std undone)."""
+    mean, std = (np.asarray(v, dtype=np.float32)[:, None, None] for v in normalization)
+    return np.clip(np.asarray(sample, dtype=np.float32) * std + mean, 0, 1).transpose(1, 2, 0)
 
 
 def read_rgb(path: Path) -> Image.Image:

@@ -14,9 +14,11 @@ from pathlib import Path
 import numpy as np
 
 from deploytk.errors import DeploytkError
-from deploytk.inputs.base import InputKind, register_kind
+from deploytk.inputs.base import Canvas, InputKind, PatchGrid, register_kind, tiles
 
 AUDIO_SUFFIXES = frozenset({".wav", ".flac", ".ogg"})
+#: the colour map a spectrogram is drawn in, low to high (viridis' anchors, interpolated linearly)
+COLORMAP = np.array([[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]], dtype=np.float32) / 255
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +42,8 @@ class SpectrogramInput(InputKind):
     axes = ("time", "mel")
     noun, nouns = "sound", "sounds"
     suffixes = AUDIO_SUFFIXES
+    drawn = True
+    file_help = "a sound file soundfile decodes (" + ", ".join(sorted(AUDIO_SUFFIXES)) + ")"
 
     def label(self) -> str:
         return f"{self.time}x{self.mel} spectrogram"
@@ -53,6 +57,20 @@ class SpectrogramInput(InputKind):
 
     def read(self, path: Path) -> Waveform:
         return read_waveform(Path(path))
+
+    def canvas(self, sample: np.ndarray, normalization: tuple, grid: PatchGrid) -> Canvas:
+        """The log-mel spectrogram (mean/std undone) in a colour map: time along x, frequency along y with the low bins
+        at the bottom. The patch grid's rows are frequencies, its columns times (``grid.rows`` x ``grid.cols``); where
+        patches overlap each is drawn in its own stride cell."""
+        (mean,), (std,) = normalization
+        plane = (np.asarray(sample, dtype=np.float32) * std + mean).T[::-1]  # [mel, time], the highest bin first
+        low, high = np.percentile(plane, [1, 99])
+        level = np.clip((plane - low) / max(float(high - low), 1e-6), 0, 1) * (len(COLORMAP) - 1)
+        below = np.minimum(level.astype(np.int64), len(COLORMAP) - 2)
+        share = (level - below)[..., None]
+        background = (1 - share) * COLORMAP[below] + share * COLORMAP[below + 1]
+        patch = tiles((self.mel, self.time), grid)[::-1]  # the grid's row 0 holds the lowest bins
+        return Canvas(background, patch, f"input: log-mel spectrogram, {grid.rows}x{grid.cols} patches (frequency x time)")
 
 
 def read_waveform(path: Path) -> Waveform:

@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from deploytk.errors import DeploytkError
-from deploytk.inputs.base import InputKind, register_kind
+from deploytk.inputs.base import GAP, Canvas, InputKind, PatchGrid, register_kind, tiles
+from deploytk.inputs.image import unnormalised
 
 VIDEO_SUFFIXES = frozenset({".mp4", ".webm", ".avi", ".mkv", ".mov"})
 
@@ -35,6 +36,8 @@ class VideoInput(InputKind):
     axes = ("frames", "channels", "height", "width")
     noun, nouns = "clip", "clips"
     suffixes = VIDEO_SUFFIXES
+    drawn = True
+    file_help = "a video file PyAV decodes (" + ", ".join(sorted(VIDEO_SUFFIXES)) + ")"
 
     @classmethod
     def of_size(cls, frames: int, size: tuple[int, int]) -> VideoInput:
@@ -53,6 +56,25 @@ class VideoInput(InputKind):
     def read(self, path: Path) -> list[np.ndarray]:
         """``frames`` frames of the clip at ``path`` as H x W x 3 uint8 RGB arrays (evenly spaced; see the module)."""
         return read_frames(Path(path), self.frames)
+
+    def canvas(self, sample: np.ndarray, normalization: tuple, grid: PatchGrid) -> Canvas:
+        """The clip as one row of frames, one per tubelet group (the first frame of its tubelets), mean/std undone, a white
+        gap between them; group g's patches are tokens g x rows x cols onwards (time first)."""
+        tubelet = self.frames // grid.time_groups
+        frames = [unnormalised(sample[g * tubelet], normalization) for g in range(grid.time_groups)]
+        h, w = frames[0].shape[:2]
+        gap = max(1, w // 16)
+        background = np.ones((h, grid.time_groups * (w + gap) - gap, 3), dtype=np.float32)
+        patch = np.full(background.shape[:2], GAP, dtype=np.int64)
+        plane = tiles((h, w), grid)
+        for g, frame in enumerate(frames):
+            x = g * (w + gap)
+            background[:, x : x + w] = frame
+            patch[:, x : x + w] = np.where(plane >= 0, g * grid.rows * grid.cols + plane, plane)
+        shown = ", ".join(str(g * tubelet) for g in range(grid.time_groups))
+        frames = f"frame{'s' * (grid.time_groups > 1)} {shown}"
+        title = f"input: {frames} (the first of each {tubelet}-frame tubelet), {grid.rows}x{grid.cols} patches each"
+        return Canvas(background, patch, title)
 
 
 def read_frames(path: Path, count: int) -> list[np.ndarray]:

@@ -10,7 +10,7 @@ import torch
 from PIL import Image
 from typer.testing import CliRunner
 
-from deploytk.analysis.token_map import choose_layers, load_image, png_size, save_figure, track_sources
+from deploytk.analysis.token_map import choose_layers, load_sample, png_size, save_figure, track_sources
 from deploytk.cli import app
 from deploytk.config import config_from_dict
 from deploytk.errors import DeploytkError
@@ -104,7 +104,7 @@ def test_source_maps_equal_token_aggregate_of_one_hot_sources(merge, digit_png):
     """An independent composition (ToMe's ``trace_source`` idea): one-hot patch sources pushed through the method's own
     choices with TokenAggregate; a patch's token is the one whose source row holds it, dropped where none does."""
     model = build_reference(tiny(merge))
-    x = load_image(digit_png, model.family)
+    x = load_sample(digit_png, model.family)
     calls = []
     model.dest_hook = lambda op, args, dest: calls.append(dest) or dest
     with torch.no_grad():

@@ -267,11 +267,15 @@ def test_a_folder_without_clips_is_refused_naming_what_it_looked_for(saved, tmp_
         run_validation(out, "ort", images=tmp_path / "stills", num_images=4)
 
 
-def test_visualize_says_it_does_not_draw_a_video_model_yet(saved, tmp_path):
+def test_visualize_refuses_a_kind_it_does_not_draw_by_name(saved, tmp_path, monkeypatch):
+    """Every kind today is drawn (tests/analysis/test_visualize_video_audio.py); a kind that is not is refused before
+    anything runs."""
+    from deploytk.inputs import VideoInput
     from deploytk.visualization import trace
 
     write_clip(tmp_path / "clip.mp4")
-    with pytest.raises(DeploytkError, match=r"draws the merges of image models; .* takes clips \(pixel_values \[batch, 4, 3, 32, 32\]\)"):
+    monkeypatch.setattr(VideoInput, "drawn", False)
+    with pytest.raises(DeploytkError, match=r"visualize does not draw clips yet: .* takes clips \(pixel_values \[batch, 4, 3, 32, 32\]\)"):
         trace(config(saved["VideoMAEForVideoClassification"], "tome", r=4), tmp_path / "clip.mp4")
 
 
