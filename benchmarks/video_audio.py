@@ -369,7 +369,8 @@ def run(args) -> dict:
                     }
                     t0 = time.perf_counter()
                     measured = run_child(spec, folder, env)
-                    settings.setdefault(runtime, measured.get("runtime_settings"))
+                    if "runtime_settings" in measured:  # a failed row has none
+                        settings.setdefault(runtime, measured["runtime_settings"])
                     new = rows_for(model, schedule, manifest, runtime, measured)
                     rows += new
                     for row in new:
@@ -457,9 +458,10 @@ def main(argv=None) -> int:
     if args.markdown:
         print(markdown(json.loads(args.markdown.read_text())))
         return 0
-    unknown = [m for m in args.models.split(",") if m not in MODELS]
-    if unknown:
-        raise SystemExit(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(MODELS)}")
+    for what, given, known in (("model", args.models, MODELS), ("runtime", args.runtimes, RUNTIMES)):
+        unknown = [name for name in given.split(",") if name not in known]
+        if unknown:
+            raise SystemExit(f"unknown {what}(s) {', '.join(unknown)}; known: {', '.join(known)}")
     out = cpu_result_output("video_audio", "video_audio.py", args.output)  # claimed before the run
     t0 = time.perf_counter()
     result = run(args)

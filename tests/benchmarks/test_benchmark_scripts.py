@@ -298,15 +298,22 @@ def test_video_audio_smoke(tmp_path, capsys):
     assert capsys.readouterr().out.strip() in stdout
 
 
-def test_video_audio_refuses_an_unknown_model_before_writing(tmp_path):
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("--models", "ast_base,vivit", "unknown model(s) vivit; known: videomae_base, ast_base"),
+        ("--runtimes", "ort,trt", "unknown runtime(s) trt; known: ort, openvino"),
+    ],
+)
+def test_video_audio_refuses_an_unknown_model_or_runtime_before_writing(tmp_path, option, value, message):
     out = tmp_path / "v.json"
     result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "video_audio.py"), "--models", "ast_base,vivit", "--output", str(out)],
+        [sys.executable, str(ROOT / "benchmarks" / "video_audio.py"), option, value, "--output", str(out)],
         capture_output=True,
         text=True,
         cwd=ROOT,
     )
-    assert result.returncode != 0 and "unknown model(s) vivit; known: videomae_base, ast_base" in result.stderr
+    assert result.returncode != 0 and message in result.stderr
     assert list(tmp_path.iterdir()) == []
 
 
