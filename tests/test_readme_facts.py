@@ -153,6 +153,19 @@ def test_the_vs_alternatives_page_shows_each_committed_run_or_says_none_is():
     assert ("Not measured yet" in text) == (not runs)
 
 
+def test_the_video_audio_guide_shows_each_committed_run_or_says_none_is():
+    """docs/guides/video-audio.md holds `benchmarks/video_audio.py --markdown` of every committed full run, or, before
+    the first one, says that it has not been run (issue 45: no figure without its result file)."""
+    from benchmarks.video_audio import markdown
+
+    text = page("docs/guides/video-audio.md")
+    runs = sorted(RESULTS.glob("video_audio_*.json"))
+    for path in runs:
+        data = json.loads(path.read_text())
+        assert not data["smoke"] and markdown(data) in text, path.name
+    assert ("has not yet been run in full" in text) == (not runs)
+
+
 def test_the_ort_fusion_and_batch_1_profile_tables_are_what_their_commands_print():
     """docs/results/index.md shows benchmarks/ort_fusion.py's table and cpu_op_profile.py's --markdown of each saved
     profile, as their result files hold them."""

@@ -255,3 +255,86 @@ def test_vs_alternatives_refuses_an_unknown_contender_before_writing(tmp_path):
     )
     assert result.returncode != 0 and "unknown contender(s) tensorflow; known: deploytk_ort," in result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow  # two tiny models exported, four child processes that profile both models on both runtimes (~95 s)
+def test_video_audio_smoke(tmp_path, capsys):
+    """Both models at one schedule on both runtimes and batch sizes: the ratios follow from the medians and the GFLOPs,
+    the schedule is the one nearest the target FLOPs ratio, and the dense model's attention time is part of its node time."""
+    pytest.importorskip("openvino", reason="the openvino extra is not installed")
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.video_audio import main
+
+    out = tmp_path / "v.json"
+    report, stdout = run_script("video_audio.py", out, interpret=False)
+    assert report["smoke"] and report["environment"]["versions"]["onnxruntime"] and report["target"] == 0.9
+    models = report["models"]
+    assert (models["videomae_base"]["tokens"], models["ast_base"]["tokens"]) == (4 * 4 * 4, 9 * 4 + 2)  # tubelets; patches + 2
+    assert [(r["model"], r["runtime"], r["batch"]) for r in report["rows"]] == [
+        (m, rt, b) for m in ("videomae_base", "ast_base") for rt in ("ort", "openvino") for b in (1, 4)
+    ]
+    for row in report["rows"]:
+        # the blocks' estimate is near the target; the exact count adds the patch embedding and head, large in tiny models
+        assert row["target_ratio"] == 2.0 and abs(row["estimated_ratio"] - 2) < 0.2 and 1.5 < row["flops_ratio"] < row["estimated_ratio"]
+        assert row["flops_ratio"] == pytest.approx(row["dense_gflops"] / row["gflops"], rel=1e-2)
+        assert row["speedup"] == pytest.approx(row["dense_p50_ms"] / row["merged_p50_ms"], rel=1e-2)
+        assert row["efficiency"] == pytest.approx(row["speedup"] / row["flops_ratio"], rel=1e-2)
+        assert row["meets_target"] == (row["efficiency"] >= 0.9)
+        tokens = row["tokens_per_layer"]
+        assert tokens[0] == models[row["model"]]["tokens"] and tokens == sorted(tokens, reverse=True) and row["tokens_out"] < tokens[-1]
+    assert [(a["model"], a["runtime"], a["batch"]) for a in report["attention"]] == [
+        (r["model"], r["runtime"], r["batch"]) for r in report["rows"]
+    ]
+    for share in report["attention"]:
+        assert 0 < share["attention_ms"] < share["nodes_ms"]
+        assert share["attention_time_share"] == pytest.approx(share["attention_ms"] / share["nodes_ms"], abs=2e-3)
+    assert 0 < models["ast_base"]["attention_flops_share"] < models["videomae_base"]["attention_flops_share"] < 0.5  # 38 vs 64 tokens
+    first = report["rows"][0]
+    assert (
+        f"| videomae_base | {first['r']} | {first['tokens_out']} |" in stdout
+        and "| dense model | tokens | attention: share of FLOPs |" in stdout
+    )
+    assert main(["--markdown", str(out)]) == 0  # the table of an earlier run is the one that run printed
+    assert capsys.readouterr().out.strip() in stdout
+
+
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("--models", "ast_base,vivit", "unknown model(s) vivit; known: videomae_base, ast_base"),
+        ("--runtimes", "ort,trt", "unknown runtime(s) trt; known: ort, openvino"),
+    ],
+)
+def test_video_audio_refuses_an_unknown_model_or_runtime_before_writing(tmp_path, option, value, message):
+    out = tmp_path / "v.json"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "video_audio.py"), option, value, "--output", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert result.returncode != 0 and message in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_video_audio_counts_attention_as_softmax_and_the_activation_products():
+    """Q K^T and A V multiply two activations; the linear layers multiply by a weight and are not attention."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.video_audio import attention_nodes
+
+    weight = numpy_helper.from_array(np.zeros((4, 4), dtype=np.float32), "w")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["q"], name="query"),
+        helper.make_node("Transpose", ["w"], ["wt"], name="weight_t"),  # a weight through a node is still a weight
+        helper.make_node("MatMul", ["x", "wt"], ["k"], name="key"),
+        helper.make_node("Transpose", ["k"], ["kt"], name="kt"),
+        helper.make_node("MatMul", ["q", "kt"], ["s"], name="scores"),
+        helper.make_node("Softmax", ["s"], ["a"], name="softmax"),
+        helper.make_node("MatMul", ["a", "x"], ["y"], name="values"),
+    ]
+    x, y = (helper.make_tensor_value_info(n, TensorProto.FLOAT, [3, 4]) for n in ("x", "y"))
+    graph = helper.make_graph(nodes, "g", [x], [y], [weight])
+    assert attention_nodes(helper.make_model(graph)) == {"scores", "s", "softmax", "a", "values", "y"}
