@@ -91,6 +91,7 @@ def test_low_precision_benchmark_variant_uses_fused_attention(monkeypatch):
         assert calls == []
 
 
+@pytest.mark.slow  # an export, its dense baseline and both runtimes timed: 16 s, moved out of the quick check at 12 minutes
 def test_cpu_runtimes_smoke(tmp_path):
     pytest.importorskip("openvino", reason="the openvino extra is not installed")
     report, stdout = run_script("cpu_runtimes.py", tmp_path / "c.json", interpret=False)
@@ -119,6 +120,7 @@ def test_ort_fusion_smoke(tmp_path):
     assert "| batch | model.onnx | attention-op | fused |" in stdout
 
 
+@pytest.mark.slow  # two runtimes' profilers over merged and dense graphs: 14 s, moved out of the quick check
 def test_cpu_op_profile_groups_nodes_by_deploytk_op(exported):
     art = exported("digits_vit_tome_r4")
     for runtime in ("ort", "openvino"):
@@ -138,6 +140,7 @@ def test_cpu_op_profile_groups_nodes_by_deploytk_op(exported):
         assert merged["linear layers (weights)"] > 0 and dense["linear layers (weights)"] > 0
 
 
+@pytest.mark.slow  # a real export past the 2 GiB rule's patched limit: 21 s, moved out of the quick check
 def test_export_large_smoke(tmp_path):
     report, _ = run_script("export_large.py", tmp_path / "x.json", interpret=False)
     (row,) = report["models"]
