@@ -18,6 +18,7 @@ from deploytk.build.builder import build_engine
 from deploytk.build.options import build_options
 from deploytk.evaluation.accuracy import evaluate as evaluate_accuracy
 from deploytk.exporter import artifacts
+from deploytk.inputs import InputKind
 from deploytk.package import package_triton
 from deploytk.profile.profiler import parse_batch_sizes
 from deploytk.profile.profiler import profile as profile_artifact
@@ -83,6 +84,12 @@ class Artifact:
     @property
     def img_size(self) -> tuple[int, int]:
         return self._artifact.img_size
+
+    @property
+    def input_kind(self) -> InputKind:
+        """What one sample of the model's input is (an image, a clip, a spectrogram): its ONNX name and shape,
+        ``input_kind.describe()`` in words, ``input_kind.synthetic(batch, rng)`` a batch of it."""
+        return self._artifact.input_kind
 
     @property
     def output_names(self) -> list[str]:

@@ -158,6 +158,7 @@ def test_the_runner_names_the_input_layout_a_wrong_batch_misses(saved, tmp_path)
     import deploytk
 
     artifact = deploytk.export(f"hf:{saved['ASTForAudioClassification']}", tmp_path / "ast", method="tome", r=2)
+    assert artifact.input_kind.describe() == "input_values [batch, 100, 48]" and artifact.input_kind.kind == "spectrogram"
     runner = artifact.runner("ort")
     assert "input_values [batch, 100, 48]" in repr(runner)
     assert runner(inputs("ASTForAudioClassification").numpy()).shape == (2, 5)
