@@ -183,6 +183,7 @@ def _profile_with_latency_from_gflops(*args, **kwargs):
     return result
 
 
+@pytest.mark.slow  # the `tuned` fixture's three real tune runs: 56 s, out of the quick check (the search is tested above)
 def test_tune_on_digits_picks_a_schedule_that_meets_the_budget_where_the_next_misses(tuned):
     tmp, _, _, ok = tuned
     assert ok.exit_code == 0, ok.output
@@ -208,6 +209,7 @@ def test_tune_on_digits_picks_a_schedule_that_meets_the_budget_where_the_next_mi
     load_config(tmp / "ok.yaml")  # the tuned config is a valid config
 
 
+@pytest.mark.slow  # the `tuned` fixture's three real tune runs: 56 s, out of the quick check (the search is tested above)
 def test_impossible_and_trivial_budgets_say_so_with_the_numbers_and_write_no_config(tuned):
     tmp, impossible, trivial, _ = tuned
     assert impossible.exit_code == 1

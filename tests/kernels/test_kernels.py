@@ -27,6 +27,7 @@ def run_cli(*args, env_extra=None):
     return subprocess.run([sys.executable, "-c", "from deploytk.cli import main; main()", *args], capture_output=True, text=True, env=env)
 
 
+@pytest.mark.slow  # every op through Triton's interpreter on the CPU: 33 s, out of the quick check
 def test_interpreter_selftest_passes_for_every_op():
     """What CI runs: TRITON_INTERPRET=1 deploytk selftest --json (a subprocess: the variable must be set before
     Triton decorates the kernels)."""
