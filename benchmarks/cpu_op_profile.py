@@ -52,40 +52,38 @@ def weighted_nodes(proto: onnx.ModelProto) -> set[str]:
     return {n.name for n in proto.graph.node if n.op_type in ("MatMul", "Gemm") and any(i in weights for i in n.input)}
 
 
-def profile_ort(path: Path, kind, batch: int, iterations: int, threads: int = 0) -> dict[str, float]:
+def ort_runs(path: Path, kind, batch: int, warmup: int, iterations: int, threads: int = 0) -> tuple[list[dict], list[list[dict]]]:
+    """ONNX Runtime's profiler over ``iterations`` runs after ``warmup``: each timed run's ``model_run`` event, and the
+    node kernel events (``*_kernel_time``) that fell inside it."""
     import onnxruntime as ort
 
-    proto = onnx.load(str(path))
-    linear = weighted_nodes(proto)
     with tempfile.TemporaryDirectory() as tmp:
         options = ort.SessionOptions()
         options.enable_profiling = True
         options.profile_file_prefix = str(Path(tmp) / "ort")
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # as `profile` runs it
         options.log_severity_level = 3
         options.intra_op_num_threads = threads  # 0: ONNX Runtime's default, one per physical core
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         x = seeded_batch(batch, kind)
-        for _ in range(3 + iterations):
+        for _ in range(warmup + iterations):
             session.run(None, {kind.onnx_name: x})
         events = json.loads(Path(session.end_profiling()).read_text())
-    runs = [e for e in events if e.get("name") == "model_run"][3:]
-    per_run = [collections.Counter() for _ in runs]
+    runs = [e for e in events if e.get("name") == "model_run"][warmup:]
+    kernels: list[list[dict]] = [[] for _ in runs]
     for e in events:
         if e.get("cat") != "Node" or not e["name"].endswith("_kernel_time"):
             continue
-        node = e["name"][: -len("_kernel_time")]
         for i, run in enumerate(runs):
             if run["ts"] <= e["ts"] <= run["ts"] + run["dur"]:
-                per_run[i][group_of(node, e["args"]["op_name"], linear)] += e["dur"] / 1e3
+                kernels[i].append(e)
                 break
-    groups = {g for c in per_run for g in c}
-    result = {g: float(np.median([c[g] for c in per_run])) for g in groups}
-    result["(whole run, profiled)"] = float(np.median([r["dur"] / 1e3 for r in runs]))
-    return result
+    return runs, kernels
 
 
-def profile_openvino(proto: onnx.ModelProto, kind, batch: int, iterations: int, threads: int = 0) -> dict[str, float]:
+def openvino_runs(proto: onnx.ModelProto, kind, batch: int, warmup: int, iterations: int, threads: int = 0):
+    """OpenVINO's performance counters over ``iterations`` runs after ``warmup``, the model compiled as `profile` compiles
+    it (static batch, f32): the compiled model, and each run's executed nodes as (name, type, ms)."""
     import openvino
 
     from deploytk.backends.openvino_backend import cpu_threads
@@ -98,18 +96,44 @@ def profile_openvino(proto: onnx.ModelProto, kind, batch: int, iterations: int, 
     model.reshape({model.inputs[0].get_any_name(): list(kind.batch_shape(batch))})
     config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": threads or cpu_threads(), "INFERENCE_PRECISION_HINT": "f32"}
     config["PERF_COUNT"] = True
-    request = core.compile_model(model, "CPU", config).create_infer_request()
+    compiled = core.compile_model(model, "CPU", config)
+    request = compiled.create_infer_request()
     x = seeded_batch(batch, kind)
-    for _ in range(3):
+    for _ in range(warmup):
         request.infer({0: x})
     per_run = []
     for _ in range(iterations):
         request.infer({0: x})
+        per_run.append(
+            [
+                (info.node_name, info.node_type, info.real_time.total_seconds() * 1e3)
+                for info in request.profiling_info
+                if info.status == info.Status.EXECUTED
+            ]
+        )
+    return compiled, per_run
+
+
+def profile_ort(path: Path, kind, batch: int, iterations: int, threads: int = 0) -> dict[str, float]:
+    linear = weighted_nodes(onnx.load(str(path)))
+    runs, kernels = ort_runs(path, kind, batch, 3, iterations, threads)
+    per_run = [collections.Counter() for _ in runs]
+    for counts, events in zip(per_run, kernels, strict=True):
+        for e in events:
+            counts[group_of(e["name"][: -len("_kernel_time")], e["args"]["op_name"], linear)] += e["dur"] / 1e3
+    groups = {g for c in per_run for g in c}
+    result = {g: float(np.median([c[g] for c in per_run])) for g in groups}
+    result["(whole run, profiled)"] = float(np.median([r["dur"] / 1e3 for r in runs]))
+    return result
+
+
+def profile_openvino(proto: onnx.ModelProto, kind, batch: int, iterations: int, threads: int = 0) -> dict[str, float]:
+    _, nodes = openvino_runs(proto, kind, batch, 3, iterations, threads)
+    per_run = []
+    for executed in nodes:
         counts = collections.Counter()
-        for info in request.profiling_info:
-            if info.status == info.Status.EXECUTED:
-                linear = info.node_type == "FullyConnected"
-                counts[LINEAR if linear else group_of(info.node_name, info.node_type, set())] += info.real_time.total_seconds() * 1e3
+        for name, node_type, ms in executed:
+            counts[LINEAR if node_type == "FullyConnected" else group_of(name, node_type, set())] += ms
         per_run.append(counts)
     groups = {g for c in per_run for g in c}
     return {g: float(np.median([c[g] for c in per_run])) for g in groups}

@@ -171,33 +171,17 @@ def ort_attention(path: Path, kind, batch: int, iterations: int) -> dict[str, fl
     renames nodes while optimizing, so attention is told by the kernel's inputs: a Softmax, or a (Fused)MatMul of two
     tensors of rank >= 3 (a linear layer's weight is 2-D)."""
     import numpy as np
-    import onnxruntime as ort
 
-    from deploytk.backends.base import seeded_batch
+    from benchmarks.cpu_op_profile import ort_runs
 
-    with tempfile.TemporaryDirectory() as tmp:
-        options = ort.SessionOptions()
-        options.enable_profiling = True
-        options.profile_file_prefix = str(Path(tmp) / "ort")
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # as `profile` runs it
-        options.log_severity_level = 3
-        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        x = seeded_batch(batch, kind)
-        for _ in range(2 + iterations):
-            session.run(None, {kind.onnx_name: x})
-        events = json.loads(Path(session.end_profiling()).read_text())
-    runs = [e for e in events if e.get("name") == "model_run"][2:]
-    nodes, attention = np.zeros(len(runs)), np.zeros(len(runs))
-    for e in events:
-        if e.get("cat") != "Node" or not e["name"].endswith("_kernel_time"):
-            continue
-        for i, run in enumerate(runs):
-            if run["ts"] <= e["ts"] <= run["ts"] + run["dur"]:
-                nodes[i] += e["dur"] / 1e3
-                op, shapes = e["args"]["op_name"], [next(iter(s.values())) for s in e["args"].get("input_type_shape", [])]
-                if op == "Softmax" or (op in ("MatMul", "FusedMatMul") and len(shapes) >= 2 and min(len(s) for s in shapes[:2]) >= 3):
-                    attention[i] += e["dur"] / 1e3
-                break
+    _, kernels = ort_runs(path, kind, batch, 2, iterations)
+    nodes, attention = np.zeros(len(kernels)), np.zeros(len(kernels))
+    for i, events in enumerate(kernels):
+        for e in events:
+            nodes[i] += e["dur"] / 1e3
+            op, shapes = e["args"]["op_name"], [next(iter(s.values())) for s in e["args"].get("input_type_shape", [])]
+            if op == "Softmax" or (op in ("MatMul", "FusedMatMul") and len(shapes) >= 2 and min(len(s) for s in shapes[:2]) >= 3):
+                attention[i] += e["dur"] / 1e3
     return {"nodes_ms": float(np.median(nodes)), "attention_ms": float(np.median(attention))}
 
 
@@ -206,45 +190,21 @@ def openvino_attention(path: Path, kind, batch: int, iterations: int) -> dict[st
     ms of all executed nodes and of attention's. OpenVINO fuses attention into larger nodes (a ``Subgraph`` holding
     MatMul, Softmax and MatMul); a node is attention when the ONNX nodes it was made of (its ``originalLayersNames``)
     include an attention node of the graph."""
-    import io
-
     import numpy as np
     import onnx
-    import openvino
 
-    from deploytk.backends.base import seeded_batch
-    from deploytk.backends.openvino_backend import cpu_threads
-    from deploytk.exporter.onnx_io import runnable
+    from benchmarks.cpu_op_profile import openvino_runs
 
     proto = onnx.load(str(path))
     wanted = attention_nodes(proto)
-    core = openvino.Core()
-    with runnable(proto) as source:  # bytes, or a temporary file with external data past protobuf's limit
-        model = core.read_model(io.BytesIO(source) if isinstance(source, bytes) else source)
-    model.reshape({model.inputs[0].get_any_name(): list(kind.batch_shape(batch))})
-    config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": cpu_threads(), "INFERENCE_PRECISION_HINT": "f32", "PERF_COUNT": True}
-    compiled = core.compile_model(model, "CPU", config)
+    compiled, runs = openvino_runs(proto, kind, batch, 2, iterations)
     made_of = {}
     for op in compiled.get_runtime_model().get_ordered_ops():
         info = op.get_rt_info()
         names = info["originalLayersNames"].astype(str) if "originalLayersNames" in info else ""
         made_of[op.get_friendly_name()] = {n for n in names.split(",") if n}
-    request = compiled.create_infer_request()
-    x = seeded_batch(batch, kind)
-    for _ in range(2):
-        request.infer({0: x})
-    nodes, attention = [], []
-    for _ in range(iterations):
-        request.infer({0: x})
-        total = part = 0.0
-        for info in request.profiling_info:
-            if info.status == info.Status.EXECUTED:
-                ms = info.real_time.total_seconds() * 1e3
-                total += ms
-                if made_of.get(info.node_name, set()) & wanted:
-                    part += ms
-        nodes.append(total)
-        attention.append(part)
+    nodes = [sum(ms for _, _, ms in executed) for executed in runs]
+    attention = [sum(ms for name, _, ms in executed if made_of.get(name, set()) & wanted) for executed in runs]
     return {"nodes_ms": float(np.median(nodes)), "attention_ms": float(np.median(attention))}
 
 
