@@ -107,19 +107,13 @@ class HFAST(HFFamily):
         if getattr(self, "_extractor", None) is None:
             import transformers  # optional: deploytk[hf]; a model of it is loaded already
 
-            where = getattr(self.model, "name_or_path", "") or ""
-            extractor = None
-            if where:
-                try:
-                    extractor = transformers.ASTFeatureExtractor.from_pretrained(where)
-                except (OSError, ValueError):  # no preprocessor_config.json: the defaults at the model's size
-                    extractor = None
-            if extractor is None:
+            extractor = self.saved_preprocessor(transformers.ASTFeatureExtractor)
+            if extractor is None:  # the defaults at the model's size
                 extractor = transformers.ASTFeatureExtractor(num_mel_bins=self.mel_bins, max_length=self.time_steps)
             if (extractor.num_mel_bins, extractor.max_length) != (self.mel_bins, self.time_steps):
                 raise DeploytkError(
-                    f"{where}'s feature extractor makes {extractor.max_length} x {extractor.num_mel_bins} spectrograms, but "
-                    f"the model is built for {self.time_steps} x {self.mel_bins}.",
+                    f"{self.model.name_or_path}'s feature extractor makes {extractor.max_length} x {extractor.num_mel_bins} "
+                    f"spectrograms, but the model is built for {self.time_steps} x {self.mel_bins}.",
                     hint="Save the feature extractor that matches the model (max_length, num_mel_bins) with save_pretrained.",
                 )
             self._extractor = extractor

@@ -156,20 +156,26 @@ class HFFamily(ModelFamily):
             return tuple(processor.image_mean), tuple(processor.image_std)
         return self.image_processor_settings()
 
+    def saved_preprocessor(self, cls):
+        """``cls.from_pretrained`` of the model's own folder or Hub id (its preprocessor_config.json: an image processor, a
+        feature extractor); None when the model has none, or was not loaded from anywhere."""
+        where = getattr(self.model, "name_or_path", "") or ""
+        if not where:
+            return None
+        try:
+            return cls.from_pretrained(where)
+        except (OSError, ValueError):  # no preprocessor_config.json
+            return None
+
     def _image_processor(self):
         """The saved image processor, checked to produce ``img_size``; None when the model has none."""
         if hasattr(self, "_processor"):
             return self._processor
         import transformers  # optional: deploytk[hf]; a model of it is loaded already
 
-        self._processor = None
-        where = getattr(self.model, "name_or_path", "") or ""
-        if where:
-            try:
-                self._processor = transformers.AutoImageProcessor.from_pretrained(where)
-            except (OSError, ValueError):  # no preprocessor_config.json: the family's defaults
-                self._processor = None
+        self._processor = self.saved_preprocessor(transformers.AutoImageProcessor)  # None: the family's defaults
         if self._processor is not None:
+            where = self.model.name_or_path
             from PIL import Image
 
             size = tuple(self._processor(images=Image.new("RGB", (7, 5)), return_tensors="pt")["pixel_values"].shape[-2:])
@@ -215,14 +221,8 @@ class HFVideoFamily(HFFamily):
             import transformers  # optional: deploytk[hf]; a model of it is loaded already
 
             cls = getattr(transformers, self.processor_class)
-            where = getattr(self.model, "name_or_path", "") or ""
-            processor = None
-            if where:
-                try:
-                    processor = cls.from_pretrained(where)
-                except (OSError, ValueError):  # no preprocessor_config.json: the defaults at the model's size
-                    processor = None
-            if processor is None:
+            processor = self.saved_preprocessor(cls)
+            if processor is None:  # the defaults at the model's size
                 h, w = self.img_size
                 processor = cls(size={"shortest_edge": min(h, w)}, crop_size={"height": h, "width": w})
             self._processor = processor
