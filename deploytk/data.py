@@ -17,7 +17,7 @@ import numpy as np
 from deploytk.inputs import InputKind
 from deploytk.inputs.image import IMAGE_SUFFIXES, read_rgb
 
-__all__ = ["IMAGE_SUFFIXES", "folder_batches", "load_samples", "read_rgb", "sample_files", "synthetic_batches"]
+__all__ = ["IMAGE_SUFFIXES", "folder_batches", "load_samples", "read_rgb", "synthetic_batches"]
 
 
 def synthetic_batches(count: int, batch_size: int, kind: InputKind, seed: int = 0) -> list[np.ndarray]:
@@ -36,13 +36,8 @@ def load_samples(files: list[Path], transform: Callable[[Any], Any], kind: Input
     return np.stack([np.asarray(transform(kind.read(f))) for f in files]).astype(np.float32)
 
 
-def sample_files(folder: Path, count: int, kind: InputKind, what: str = "images") -> list[Path]:
-    """Up to ``count`` files of ``kind`` under ``folder`` (recursively, sorted); ``what`` is the parameter that named it."""
-    return kind.files(folder, count, what)
-
-
 def folder_batches(folder: Path, count: int, batch_size: int, transform, kind: InputKind, what: str = "images") -> list[np.ndarray]:
     """Up to ``count`` samples from ``folder`` (recursively), decoded by ``kind`` and preprocessed by ``transform`` (the
     model family's own)."""
-    files = sample_files(folder, count, kind, what)
+    files = kind.files(folder, count, what)  # sorted; a missing folder, or one without such files, refused naming `what`
     return [load_samples(files[i : i + batch_size], transform, kind) for i in range(0, len(files), batch_size)]

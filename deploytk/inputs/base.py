@@ -99,10 +99,6 @@ class InputKind:
         """The input as messages show it: ``pixel_values [batch, 16, 3, 224, 224]``."""
         return f"{self.onnx_name} [batch, {', '.join(map(str, self.shape))}]"
 
-    def label(self) -> str:
-        """One sample's size in words, for reports (``224x224 image``)."""
-        return f"{'x'.join(map(str, self.shape))} {self.noun}"
-
     def record(self) -> dict[str, Any]:
         """The manifest's ``inputs[0]`` (and what ``package`` writes into Triton's config from it)."""
         return {

@@ -44,9 +44,6 @@ class ImageInput(InputKind):
         """An RGB image of ``size`` (H, W)."""
         return cls(3, int(size[0]), int(size[1]))
 
-    def label(self) -> str:
-        return f"{self.height}x{self.width} image"
-
     def preprocessing(self) -> str:
         return (
             f"An image is decoded to RGB (EXIF orientation applied) and preprocessed as for the PyTorch model: the model "

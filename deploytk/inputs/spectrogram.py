@@ -45,9 +45,6 @@ class SpectrogramInput(InputKind):
     drawn = True
     file_help = "a sound file soundfile decodes (" + ", ".join(sorted(AUDIO_SUFFIXES)) + ")"
 
-    def label(self) -> str:
-        return f"{self.time}x{self.mel} spectrogram"
-
     def preprocessing(self) -> str:
         return (
             "A sound is decoded to mono samples (channels averaged) and preprocessed as for the PyTorch model: the model's "

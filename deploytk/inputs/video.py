@@ -43,9 +43,6 @@ class VideoInput(InputKind):
     def of_size(cls, frames: int, size: tuple[int, int]) -> VideoInput:
         return cls(int(frames), 3, int(size[0]), int(size[1]))
 
-    def label(self) -> str:
-        return f"{self.frames}-frame {self.height}x{self.width} clip"
-
     def preprocessing(self) -> str:
         return (
             f"A clip gives {self.frames} RGB frames at evenly spaced positions over its whole length (a shorter clip repeats "
