@@ -105,7 +105,7 @@ test-all: install
 METHOD_CONFIGS := export_configs/deit_small_mctf_r16.yaml,export_configs/deit_small_atm_calibrated.yaml,export_configs/deit_small_evit_k70.yaml,export_configs/deit_small_crucial_k70.yaml
 gpu-bench: install
 	$(BIN)/deploytk selftest --json > benchmarks/results/selftest_gpu.json; rc=$$?; cat benchmarks/results/selftest_gpu.json | head -c 400; echo; \
-	  $(BIN)/python benchmarks/kernel_bandwidth.py && $(BIN)/python benchmarks/end_to_end_latency.py --configs $(METHOD_CONFIGS) && exit $$rc
+	  $(BIN)/python benchmarks/kernel_bandwidth.py && $(BIN)/python benchmarks/end_to_end_latency.py --cuda-graphs --configs $(METHOD_CONFIGS) && exit $$rc
 
 # The GPU check's kit (CONTRIBUTING.md, "The GPU check"): the wheels the GPU machine's image lacks, pinned in
 # scripts/device_kit.txt, and deploytk's own wheel, in device-kit/ (git-ignored) for the device tool to carry.

@@ -15,6 +15,11 @@ timed forward passes of
 - with ``--eager-reference``: ``tome_eager``, the ``tome`` model with every deploytk op as its
   eager PyTorch reference on the same device instead of its Triton kernel (the kernels' gain).
 
+With ``--cuda-graphs`` each variant is also captured as a CUDA graph and replayed (no Python
+between kernels: the first H200 run, 2026-11-28, found every merged variant slower than dense
+in eager mode, host-bound at every batch), and ``host_syncs_per_forward`` counts the times one
+eager forward pass waits for the GPU (PyTorch's sync debug mode).
+
 Every model runs wholly in the chosen dtype (``.to(dtype)``, as the dense timm model;
 PyTorch's LayerNorm keeps fp32 statistics inside), so the ratios compare merging alone.
 Speedups are ratios of medians measured in the same run. ``kernel_launches`` counts each variant's
@@ -33,6 +38,7 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
+import warnings
 from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
 
@@ -54,6 +60,11 @@ def parse_args(argv=None):
         "--eager-reference",
         action="store_true",
         help="Also time tome_eager: ToMe with the deploytk ops as their eager PyTorch reference instead of the Triton kernels.",
+    )
+    p.add_argument(
+        "--cuda-graphs",
+        action="store_true",
+        help="Also time each variant replayed as a CUDA graph (no Python launch overhead) and count its host syncs.",
     )
     add_run_arguments(p, warmup=10, iterations=50, smoke="DeiT-Tiny, batch 1, 1 iteration on the CPU: checks the script, measures nothing.")
     return p.parse_args(argv)
@@ -141,6 +152,34 @@ def time_variant(net, x, device: str, args, count: bool) -> tuple[float, dict | 
     return measure(), launches
 
 
+def host_syncs(net, x) -> int:
+    """How often one forward pass makes the host wait for the GPU (PyTorch's sync debug mode warns at each): a wait in
+    every block stops the CPU from queueing kernels ahead of the GPU, and a graph cannot be captured across one."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            net(x)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return sum("synchroniz" in str(w.message) for w in caught)
+
+
+def graph_replay(net, x):
+    """``net(x)`` captured once as a CUDA graph; replaying it launches every kernel with no Python in between, as a
+    latency-serving user would run the model (TensorRT and torch.compile's reduce-overhead mode do the same)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):  # warm up on a side stream, as CUDA graph capture requires
+            net(x)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        net(x)
+    return graph.replay
+
+
 def on_device(model, device: str, dtype: torch.dtype):
     """The model wholly in ``dtype`` on ``device``; a MergedViT also casts its input to ``dtype``."""
     model = model.to(device, dtype).eval()
@@ -167,6 +206,7 @@ def main(argv=None) -> dict:
     if kernels == "triton-interpreter":
         kernels_on_cpu()
     dtype = DTYPES[args.dtype]
+    graphs = args.cuda_graphs and device == "cuda"  # a CPU smoke run has no graphs to capture
     rows, launches, failed = [], {}, {}
     configs = [Path(c) for c in args.configs.split(",") if c]
     eager = {"tome_eager"} if args.eager_reference and not kernels.startswith("none") else set()
@@ -179,7 +219,7 @@ def main(argv=None) -> dict:
         launches[name] = {}
         for batch in batches:
             x = torch.from_numpy(nets["tome"].family.input_kind.synthetic(batch, np.random.default_rng(0))).to(device, dtype)
-            ms = {}
+            ms, graph_ms, syncs = {}, {}, {}
             with torch.inference_mode():
                 for key, net in nets.items():
                     try:
@@ -189,6 +229,14 @@ def main(argv=None) -> dict:
                             launches[name][key] = counted
                     except Exception as exc:  # recorded: the other variants are still measured and written
                         failed.setdefault(f"{name} b={batch} {key}", f"{type(exc).__name__}: {exc}"[:400])
+                    if not graphs:
+                        continue
+                    try:
+                        with eager_ops(device) if key in eager else nullcontext():
+                            syncs[key] = host_syncs(net, x)
+                            graph_ms[key] = median(time_ms(graph_replay(net, x), device, args.warmup, args.iterations))
+                    except Exception as exc:
+                        failed.setdefault(f"{name} b={batch} {key} cuda graph", f"{type(exc).__name__}: {exc}"[:400])
             dense = ms.get("dense")
             row = {
                 "model": name,
@@ -199,9 +247,22 @@ def main(argv=None) -> dict:
                 "median_ms": {k: round(v, 3) for k, v in ms.items()},
                 **{f"speedup_{k}": round(dense / v, 3) for k, v in ms.items() if k != "dense" and dense},
             }
+            if graphs:
+                dense_graph = graph_ms.get("dense")
+                row["cuda_graph_median_ms"] = {k: round(v, 3) for k, v in graph_ms.items()}
+                row["cuda_graph_speedup"] = {k: round(dense_graph / v, 3) for k, v in graph_ms.items() if k != "dense" and dense_graph}
+                row["host_syncs_per_forward"] = syncs
             rows.append(row)
             merged = "  ".join(f"{k} {v:8.3f} ms ({dense / v:.2f}x)" for k, v in ms.items() if k != "dense" and dense)
             print(f"{name:26s} b={batch:<3d} dense {dense or float('nan'):8.3f} ms  {merged}")
+            if graphs:
+                dense_graph = graph_ms.get("dense")
+                merged = "  ".join(
+                    f"{k} {v:8.3f} ms ({dense_graph / v:.2f}x, {syncs.get(k, '?')} syncs)"
+                    for k, v in graph_ms.items()
+                    if k != "dense" and dense_graph
+                )
+                print(f"{'  as CUDA graphs':26s} b={batch:<3d} dense {dense_graph or float('nan'):8.3f} ms  {merged}")
         del nets
     payload = {
         "environment": device_facts(device),
@@ -209,6 +270,7 @@ def main(argv=None) -> dict:
         "warmup": args.warmup,
         "iterations": args.iterations,
         "kernels": kernels,
+        "cuda_graphs": graphs,
         "results": rows,
         "kernel_launches": launches,
         "failed": failed,

@@ -204,6 +204,7 @@ def key_numbers(results: dict) -> dict:
             "dtypes": sorted({c["dtype"] for c in cases}),
             "near_ties": sum(c.get("near_ties", 0) for c in cases),
             "failed": [f"{c['op']} {c['dtype']} {c['shape']}" for c in cases if not c["passed"]][:10],
+            "seconds_by_op": seconds_by_op(cases),
         }
     tests = results.get("gpu_tests", {})
     if "tests" in tests:
@@ -228,11 +229,23 @@ def key_numbers(results: dict) -> dict:
                 "dtype": row["dtype"],
                 "dense_ms": row["median_ms"].get("dense"),
                 "speedup": {k.removeprefix("speedup_"): v for k, v in row.items() if k.startswith("speedup_")},
+                "cuda_graph_dense_ms": row.get("cuda_graph_median_ms", {}).get("dense"),
+                "cuda_graph_speedup": row.get("cuda_graph_speedup", {}),
+                "host_syncs_per_forward": row.get("host_syncs_per_forward", {}),
             }
             for row in latency["results"]
         ]
         out["end_to_end_latency"] = {"kernels": latency.get("kernels"), "rows": rows, "failed": latency.get("failed", {})}
     return out
+
+
+def seconds_by_op(cases: list[dict]) -> dict:
+    """Each op's selftest seconds (kernel compiles included), slowest first; empty for a selftest that timed none."""
+    total: dict[str, float] = {}
+    for c in cases:
+        if "seconds" in c:
+            total[c["op"]] = total.get(c["op"], 0.0) + c["seconds"]
+    return {op: round(sec, 1) for op, sec in sorted(total.items(), key=lambda item: -item[1])}
 
 
 def render(summary: dict) -> str:
@@ -255,6 +268,9 @@ def render(summary: dict) -> str:
             f"selftest: {s['passed_cases']}/{s['cases']} cases passed ({s['mode']}; {s['ops']} ops; {', '.join(s['dtypes'])}; "
             f"{s['near_ties']} near-ties)" + (f"; failed: {'; '.join(s['failed'][:3])}" if s["failed"] else "")
         )
+        slowest = list(s.get("seconds_by_op", {}).items())[:4]
+        if slowest:
+            lines.append("selftest seconds, slowest ops: " + ", ".join(f"{op} {sec:.1f}" for op, sec in slowest))
     if "gpu_tests" in numbers:
         t = numbers["gpu_tests"]
         lines.append(
@@ -273,6 +289,10 @@ def render(summary: dict) -> str:
         for row in e["rows"]:
             speedups = ", ".join(f"{k} {v:.2f}x" for k, v in row["speedup"].items())
             lines.append(f"  {row['model']} b={row['batch']} {row['dtype']} dense {row['dense_ms']} ms: {speedups}")
+            if row.get("cuda_graph_speedup"):
+                graphed = ", ".join(f"{k} {v:.2f}x" for k, v in row["cuda_graph_speedup"].items())
+                syncs = ", ".join(f"{k} {v}" for k, v in row["host_syncs_per_forward"].items() if v)
+                lines.append(f"    as CUDA graphs: dense {row['cuda_graph_dense_ms']} ms: {graphed}; host syncs: {syncs or 'none'}")
         lines += [f"  failed: {k}: {v}" for k, v in e["failed"].items()]
     lines += [f"kit: {m}" for m in summary["requirement_mismatches"]]
     failed, count = [s["name"] for s in summary["steps"] if s["status"] != "ok"], len(summary["steps"])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import random
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
@@ -41,6 +42,8 @@ class Case:
     passed: bool
     #: matching ops: images whose assignment differs from the reference's only at near-ties
     near_ties: int = 0
+    #: wall seconds of the kernel call (its first call per op and dtype includes Triton's compile) and the check
+    seconds: float = 0.0
 
 
 def valid_assignment(b: int, n: int, t: int, gen: torch.Generator) -> torch.Tensor:
@@ -228,6 +231,14 @@ def check_call(spec: OpSpec, dtype: torch.dtype, device: str, args: list, shape:
     return Case(spec.name, DTYPE_NAMES[dtype], shape, err, 0.0, ties is not None, ties or 0)
 
 
+def timed(check: Callable[..., Case], *args) -> Case:
+    """The case with its wall time: the first H200 run's selftest took about 210 s, and the cases say where."""
+    start = time.perf_counter()
+    case = check(*args)
+    case.seconds = round(time.perf_counter() - start, 3)
+    return case
+
+
 def run(seed: int = 0, device: str | None = None) -> list[Case]:
     from deploytk.ops import kernel_common  # imports Triton, an optional dependency
 
@@ -243,7 +254,7 @@ def run(seed: int = 0, device: str | None = None) -> list[Case]:
             for k, shape in enumerate(family.shapes(interpreter, rng)):
                 draw = family.draw(shape, k, rng, gen)
                 for spec in specs:
-                    cases += [check_call(spec, dtype, device, args, record) for args, record in spec.selftest.calls(draw)]
+                    cases += [timed(check_call, spec, dtype, device, args, record) for args, record in spec.selftest.calls(draw)]
     return cases
 
 
