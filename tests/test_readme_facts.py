@@ -258,3 +258,26 @@ def test_the_serving_test_count_is_what_pytest_collects():
     collected = int(re.search(r"(\d+) tests? collected", done.stdout).group(1))
     claimed = {int(n) for n in re.findall(r"`tests/serve/`, (\d+) tests", PROSE)}
     assert claimed == {collected}, (claimed, collected)
+
+
+def test_the_gpu_page_quotes_the_h200_run_and_its_rerun():
+    """docs/results/gpu.md: the summary as device_summary.py printed it, and the rerun's counts from its files."""
+    folder = "device-check-h200"
+    text = page("docs/results/gpu.md")
+    summary = result(f"{folder}/summary.json")
+    quoted = "\n".join("    " + line for line in summary["text"].splitlines())
+    assert quoted in text
+    cases = result(f"{folder}/selftest_rerun.json")["cases"]
+    per_dtype = {d: sum(c["dtype"] == d for c in cases) for d in ("fp32", "fp16", "bf16")}
+    assert f"**Selftest: {sum(c['passed'] for c in cases)} of {len(cases)} cases passed**" in text
+    assert f"{len({c['op'] for c in cases})} ops" in text and f"({set(per_dtype.values()).pop()} cases each" in text
+    assert f"({sum(c['near_ties'] for c in cases)} images over all cases" in text
+    worst = {d: max(c["max_abs_err"] / c["tolerance"] for c in cases if c["dtype"] == d and c["tolerance"]) for d in per_dtype}
+    assert f"{worst['fp32']:.2f} of its tolerance (fp32), {worst['fp16']:.2f} (fp16 and bf16)" in text
+    assert f"{worst['bf16']:.2f}" == f"{worst['fp16']:.2f}"
+    log = (RESULTS / folder / "gpu_tests_rerun.txt").read_text()
+    passed, skipped = re.search(r"(\d+) passed, (\d+) skipped", log).groups()
+    assert f"**GPU tests: {passed} passed, {skipped} skipped.**" in text
+    rows = summary["numbers"]["end_to_end_latency"]["rows"]
+    speedups = [v for row in rows for v in row["speedup"].values()]
+    assert max(speedups) < 1 and f"({min(speedups):.2f}x-{max(speedups):.2f}x)" in text
