@@ -12,17 +12,18 @@ from deploytk.progress import SILENT
 from serving.tritonserver import ServeEnvironment, TritonServer
 
 #: the models of the shared repository: name -> (export, package options); videomae: a video model's pixel_values
-#: [batch, frames, 3, H, W] through the same server
+#: [batch, frames, 3, H, W], ast: an audio model's input_values [batch, time, mel], through the same server
 SERVED = {
     "digits": ("digits", []),
     "digits_ov": ("digits", ["--runtime", "openvino"]),
     "deit_s": ("deit", []),
     "videomae": ("videomae", []),
+    "ast": ("ast", []),
 }
 #: the exports behind them: key -> shipped config
 SERVED_EXPORTS = {"digits": "digits_vit_tome_r4", "deit": "deit_small_tome_r16"}
 #: the exports that are no shipped config: key -> helpers.media_models' tiny model (made from its config, ToMe r=4)
-SERVED_TINY = {"videomae": "videomae"}
+SERVED_TINY = {"videomae": "videomae", "ast": "ast"}
 
 
 def package(directory: Path, repository: Path, name: str, *options) -> None:

@@ -28,8 +28,8 @@ def serve_environment() -> ServeEnvironment:
 
 @pytest.fixture(scope="session")
 def exports(exported) -> dict[str, Path]:
-    """The digits ToMe r=4 export (trained weights), DeiT-S ToMe r=16 (random weights) and a tiny VideoMAE classifier
-    with ToMe r=4 (seeded random weights, a 4-frame 32x32 clip), the shared ones."""
+    """The digits ToMe r=4 export (trained weights), DeiT-S ToMe r=16 (random weights), and a tiny VideoMAE and a tiny
+    AST classifier with ToMe r=4 (seeded random weights, a 4-frame 32x32 clip and a 100 x 48 spectrogram), the shared ones."""
     return {key: exported(stem) for key, stem in SERVED_EXPORTS.items()} | {key: exported.tiny(name) for key, name in SERVED_TINY.items()}
 
 

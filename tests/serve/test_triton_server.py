@@ -136,7 +136,9 @@ def test_served_outputs_pass_deploytk_validate(server, exports, references, mode
     assert report.num_images == 64 and report.top1_agreement == 1.0 and report.max_abs_diff <= tol.atol
 
 
-@pytest.mark.parametrize("model, export", [("digits", "digits"), ("digits_ov", "digits"), ("deit_s", "deit"), ("videomae", "videomae")])
+@pytest.mark.parametrize(
+    "model, export", [("digits", "digits"), ("digits_ov", "digits"), ("deit_s", "deit"), ("videomae", "videomae"), ("ast", "ast")]
+)
 def test_readme_client_examples_run_verbatim_over_http_and_grpc(server, repository, exports, references, model, export):
     """The model folder's README requests, as written; only the server's address is this server's (not 8000/8001)."""
     readme = (repository / model / "README.md").read_text()
@@ -301,3 +303,14 @@ def test_killed_mid_load_and_restarted_serves_with_the_repository_intact(reposit
         x = images(2, 224, seed=3)
         np.testing.assert_allclose(infer(restarted.http_url, "deit_s", x), references["deit"].run(x)["logits"], atol=1e-4, rtol=0)
         assert infer(restarted.grpc_url, "digits", images(1, 32), client=grpcclient).shape == (1, 10)
+
+
+def test_an_audio_model_takes_time_before_mel_bins_and_the_server_names_a_spectrogram_sent_transposed(server, references):
+    """The served AST's input is input_values [batch, time, mel] (as ASTFeatureExtractor returns it): a spectrogram sent
+    [batch, mel, time] is refused with both shapes, and the ones sent right are answered as the reference answers them."""
+    sounds = np.random.default_rng(8).standard_normal((3, 100, 48), dtype=np.float32)
+    transposed = np.ascontiguousarray(sounds.transpose(0, 2, 1))
+    with pytest.raises(InferenceServerException, match=r"input 'input_values' for model 'ast'\. Expected \[-1,100,48\], got \[3,48,100\]"):
+        infer(server.grpc_url, "ast", transposed, name="input_values", client=grpcclient)
+    served = infer(server.grpc_url, "ast", sounds, name="input_values", client=grpcclient)
+    np.testing.assert_allclose(served, references["ast"].run(sounds)["logits"], atol=1e-4, rtol=0)
