@@ -265,8 +265,7 @@ def test_the_gpu_page_quotes_the_h200_run_and_its_rerun():
     folder = "device-check-h200"
     text = page("docs/results/gpu.md")
     summary = result(f"{folder}/summary.json")
-    quoted = "\n".join("    " + line for line in summary["text"].splitlines())
-    assert quoted in text
+    assert f"```text\n{summary['text']}\n```" in text
     cases = result(f"{folder}/selftest_rerun.json")["cases"]
     per_dtype = {d: sum(c["dtype"] == d for c in cases) for d in ("fp32", "fp16", "bf16")}
     assert f"**Selftest: {sum(c['passed'] for c in cases)} of {len(cases)} cases passed**" in text
