@@ -236,6 +236,7 @@ def test_the_readme_headline_figures_are_the_result_files():
 
     startup = {r["command"]: r for r in result("cli_startup_amd_epyc.json")["rows"]}
     assert headline("`deploytk --help` on the CLI").startswith(f"{startup['deploytk --help']['median_s']:.3f} s ")
+    assert headline("`import deploytk`, median").startswith(f"{startup['import deploytk']['median_s']:.3f} s ")
 
     digits = {r["config"]: r for r in result("digits_accuracy_vs_gflops.json")["results"]}
     pitome, dense = digits["export_configs/digits_vit_pitome_k90.yaml"], digits["export_configs/digits_vit_dense.yaml"]
