@@ -127,6 +127,21 @@ def test_the_int8_tables_are_what_their_command_prints(name):
     assert not result(name)["smoke"] and markdown(result(name)) in PROSE
 
 
+def test_the_cpu_performance_table_is_what_its_command_prints():
+    """The per-method table under "CPU performance" and its dense p50 line are `cpu_runtimes.py --markdown` of the
+    committed JSON."""
+    from benchmarks.cpu_runtimes import markdown
+
+    data = result("cpu_runtimes_amd_epyc.json")
+    assert not data["smoke"] and markdown(data) in page("docs/results/index.md")
+
+
+def test_the_accuracy_table_is_what_its_command_prints():
+    from benchmarks.accuracy_vs_gflops import markdown
+
+    assert markdown(result("digits_accuracy_vs_gflops.json")) in page("docs/results/accuracy.md")
+
+
 def test_the_digits_int8_table_is_what_its_command_prints():
     from benchmarks.digits_int8 import markdown
 
