@@ -142,6 +142,13 @@ def test_the_accuracy_table_is_what_its_command_prints():
     assert markdown(result("digits_accuracy_vs_gflops.json")) in page("docs/results/accuracy.md")
 
 
+def test_the_large_models_table_is_what_its_command_prints():
+    from benchmarks.export_large import markdown
+
+    data = result("export_large_amd_epyc.json")
+    assert not data["smoke"] and markdown(data) in page("docs/results/index.md")
+
+
 def test_the_digits_int8_table_is_what_its_command_prints():
     from benchmarks.digits_int8 import markdown
 
