@@ -149,6 +149,36 @@ def test_the_large_models_table_is_what_its_command_prints():
     assert not data["smoke"] and markdown(data) in page("docs/results/index.md")
 
 
+def section(text: str, heading: str) -> str:
+    """A page's section from its heading to the next heading of the same level, on one line (hard wraps undone)."""
+    start = text.index(f"\n{heading}\n")
+    end = text.find(f"\n{heading.split(' ', 1)[0]} ", start + 1)
+    return " ".join(text[start : end if end != -1 else None].split())
+
+
+def test_the_tune_table_and_its_figures_are_the_committed_tune_report():
+    """`deploytk tune` wrote the JSON (no benchmark script prints this table): each row, verdict and figure of the
+    section is recomputed from it."""
+    data = result("tune_deit_small_tome_r16_ort_b8.json")
+    chosen, next_one = data["chosen"], data["next_less_aggressive"]
+    rows = [f"| candidate | GFLOPs | p50 ms (runs) | meets {data['budget_ms']:g} ms |", "|---|---:|---:|---|"]
+    for c in data["measured"]:
+        label, verdict = c["label"], "yes" if c["meets_budget"] else "no"
+        if c == chosen:
+            label, verdict = f"**{label}**", "**yes: chosen**"
+        elif c == next_one:
+            verdict = "no: the next less aggressive"
+        rows.append(f"| {label} | {c['gflops']:.3f} | {c['latency_ms']:.1f} ({len(c['runs_ms'])}) | {verdict} |")
+    text = section(page("docs/results/index.md"), "## `tune` on DeiT-S")
+    assert " ".join(rows) in text
+    assert chosen["meets_budget"] and not next_one["meets_budget"] and data["outcome"] == "ok"
+    assert f"Dense p50 {data['dense_latency_ms']:.1f} ms (median over the runs); {data['candidates']} candidate schedules" in text
+    assert f"{data['exports']} exports, {data['measurements']} profile runs" in text
+    assert f"DeiT-S ToMe, batch {data['batch']}, budget" in text and f"--budget-ms {data['budget_ms']:g}" in text
+    runs = " and ".join(f"{ms:.1f}" for ms in next_one["runs_ms"])
+    assert f"{next_one['label']}'s two runs took {runs} ms (median {next_one['latency_ms']:.1f})" in text
+
+
 def test_the_digits_int8_table_is_what_its_command_prints():
     from benchmarks.digits_int8 import markdown
 
