@@ -179,6 +179,62 @@ def test_the_tune_table_and_its_figures_are_the_committed_tune_report():
     assert f"{next_one['label']}'s two runs took {runs} ms (median {next_one['latency_ms']:.1f})" in text
 
 
+def short_e(x: float) -> str:
+    """2.287e-06 -> 2.3e-6, as the pages write a small difference."""
+    mantissa, power = f"{x:.1e}".split("e")
+    return f"{mantissa}e{int(power)}"
+
+
+def test_the_summary_table_figures_are_the_result_files():
+    """The Summary rows on docs/results/index.md that cite a result file, each figure recomputed from it (the table is
+    typed by hand: its rows come from several files)."""
+    text = section(page("docs/results/index.md"), "## Summary (CPU, this repository)")
+
+    full = result("validate_all_configs.json")
+    configs, by_name = full["configs"], {c["config"]: c for c in full["configs"]}
+    tome = by_name["deit_small_tome_r16.yaml"]["ort"]
+    assert tome["passed"] and tome["top1_agreement"] == 1.0
+    assert (
+        f"max \\|logit diff\\| {short_e(tome['max_abs_diff'])}, top-1 agreement 100%, "
+        f"min cosine {tome['cosine_similarity_min']:.7f}: PASS" in text
+    )
+    ran_ov = [c for c in configs if c["openvino"]["passed"] is not None]
+    refused = [c for c in configs if c["openvino"]["passed"] is None]
+    assert all(c["precision"] == "bf16" for c in refused) and not full["failed"]
+    assert f"{sum(c['ort']['passed'] for c in configs)} of {len(configs)} pass on ONNX Runtime" in text
+    assert f"{sum(c['openvino']['passed'] for c in ran_ov)} of {len(ran_ov)} fp32/fp16 pass on OpenVINO" in text
+    assert f"(the {len(refused)} bf16 configs are refused there" in text and f"({full['seconds'] / 60:.0f} min, its `seconds`" in text
+    runs = [c[rt] for c in configs for rt in ("ort", "openvino") if c[rt]["passed"] is not None]
+    plain = [
+        c[rt]["max_abs_diff"] for c in configs for rt in ("ort", "openvino") if c["precision"] == "fp32" and c[rt].get("branch_flips") == 0
+    ]
+    assert f"the largest fp32 difference without a branch flip {short_e(max(plain))}" in text
+    assert f"{sum(r['branch_flips'] for r in runs)} proven near-tie flips over all runs" in text
+    bf16 = by_name["deit_small_tome_r16_bf16.yaml"]["ort"]
+    assert bf16["passed"] and bf16["top1_flips"] == bf16["top1_flips_within_tolerance"]
+    assert f"`deit_small_tome_r16_bf16` passes on ONNX Runtime with {bf16['top1_flips']} top-1 flips within tolerance" in text
+
+    added = result("validate_configs_pitome_visionzip.json")
+    runs = {(c["config"], rt): c[rt] for c in added["configs"] for rt in ("ort", "openvino")}
+    assert all(r["passed"] for r in runs.values()) and not added["failed"]
+    n = len(added["configs"])
+    assert f"{n} of {n} pass on both runtimes" in text and f", {added['seconds'] / 60:.0f} min)" in text
+    flips = [r["branch_flips"] for (name, _), r in runs.items() if "pitome" in name and not name.startswith("digits_vit")]
+    assert f"PiToMe on random weights: {min(flips)} to {max(flips)} proven near-tie flips" in text
+    assert all(r["branch_flips"] == 0 for (name, _), r in runs.items() if name.startswith("digits_vit")), "none on the digits ViT"
+    visionzip = max(r["max_abs_diff"] for (name, _), r in runs.items() if name == "llava15_clip_l336_visionzip_128_tokens.yaml")
+    assert f"VisionZip 128 tokens max diff {short_e(visionzip)}" in text
+
+    rows = {
+        (r["runtime"], r["batch"]): r
+        for r in result("cpu_runtimes_amd_epyc.json")["rows"]
+        if r["model"] == "deit_small_patch16_224" and r["method"] == "tome"
+    }
+    ort1, ort8 = rows["ort", 1], rows["ort", 8]
+    assert f"{ort8['speedup']:.2f}x at batch 8, {ort1['speedup']:.2f}x at batch 1 (FLOPs ratio {ort8['flops_ratio']:.2f}x)" in text
+    assert f"this session measured {ort8['dense_p50_ms']:.0f} / {ort1['dense_p50_ms']:.0f} ms" in text
+
+
 def test_the_digits_int8_table_is_what_its_command_prints():
     from benchmarks.digits_int8 import markdown
 
