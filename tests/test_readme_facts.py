@@ -235,6 +235,35 @@ def test_the_summary_table_figures_are_the_result_files():
     assert f"this session measured {ort8['dense_p50_ms']:.0f} / {ort1['dense_p50_ms']:.0f} ms" in text
 
 
+@pytest.mark.slow  # 16 FLOP counts of DeiT-T/S/B (about 50 s on the 2-core machine)
+def test_the_summary_gflops_are_what_inspect_counts():
+    """The Summary's GFLOPs and token counts come from no result file: `deploytk inspect` counts them again here."""
+    import deploytk
+
+    def inspect(model, **kwargs) -> dict:
+        return deploytk.inspect(model, **kwargs).to_dict()
+
+    text = section(page("docs/results/index.md"), "## Summary (CPU, this repository)")
+    tome = {}
+    for name, rs in (("small", (8, 13, 16)), ("tiny", (8, 12, 16)), ("base", (8, 13, 16))):
+        reports = [inspect(f"deit_{name}_patch16_224", method="tome", r=r) for r in rs]
+        tome[name] = [f"{g:.2f}" for g in (reports[0]["dense_gflops"], *(x["gflops"] for x in reports))]
+    s, t, b = tome["small"], tome["tiny"], tome["base"]
+    assert (
+        f"DeiT-S {' / '.join(s)} for r = 0 / 8 / 13 / 16; DeiT-T {t[0]} / {t[1]} / {t[2]} (r=12) / {t[3]}; DeiT-B {' / '.join(b)}"
+    ) in text
+
+    def mctf(config, **kwargs) -> float:
+        return inspect(f"export_configs/{config}.yaml", **kwargs)["gflops"]
+
+    assert f"DeiT-S r=16 **{mctf('deit_small_mctf_r16'):.4f}** (official" in text
+    assert f"MCTF-Fast {mctf('deit_small_mctf_fast'):.4f} (2.76)" in text
+    assert f"DeiT-T r=16 {mctf('deit_tiny_mctf_r16'):.3f} (0.71), r=8 {mctf('deit_tiny_mctf_r8'):.3f} (official" in text
+    assert f"r=18 {mctf('deit_small_mctf_r16', r=18):.4f}, r=20 {mctf('deit_small_mctf_r16', r=20):.4f} (paper" in text
+    tokens = inspect("export_configs/deit_small_evit_k70.yaml")["tokens_per_layer"]
+    assert f"({' -> '.join(map(str, dict.fromkeys(tokens)))} for evit keep 0.7 at 3/6/9)" in text
+
+
 def test_the_digits_int8_table_is_what_its_command_prints():
     from benchmarks.digits_int8 import markdown
 
