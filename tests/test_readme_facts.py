@@ -2,8 +2,9 @@
 registries, and the result files in benchmarks/results/ (issue 43: the facts test moves with the facts).
 
 A measured table that a script prints must appear verbatim on some prose page (README.md or docs/, not the generated
-docs/reference/); the README's headline figures are recomputed from the same files. (The methods table is held to
-`deploytk methods --markdown` in tests/merging/test_registry.py.)
+docs/reference/); the README's headline figures and the hand-typed tables' figures are recomputed from the same files.
+Every table on the README, a guide or a results page is either printed by a script (PRINTED) or named in NOT_PRINTED
+with what holds it. (The methods table is held to `deploytk methods --markdown` in tests/merging/test_registry.py.)
 """
 
 import json
@@ -396,3 +397,80 @@ def test_the_serving_test_count_is_what_pytest_collects():
     collected = int(re.search(r"(\d+) tests? collected", done.stdout).group(1))
     claimed = {int(n) for n in re.findall(r"`tests/serve/`, (\d+) tests", PROSE)}
     assert claimed == {collected}, (claimed, collected)
+
+
+#: each script's markdown() and the result files it prints a table of (a page holds such a table verbatim)
+PRINTED = {
+    "output_kinds": ("output_kinds_*.json", "multiscale_profile_*.json"),
+    "multiscale_vs_paper": ("multiscale_vs_paper.json",),
+    "int8": ("int8_*.json",),
+    "digits_int8": ("digits_int8_accuracy.json",),
+    "triton_load": ("triton_load_*.json",),
+    "vs_alternatives": ("vs_alternatives_*.json",),
+    "video_audio": ("video_audio_*.json",),
+    "cpu_op_profile": ("cpu_op_profile_*.json",),
+    "ort_fusion": ("ort_fusion_*.json",),
+    "cpu_runtimes": ("cpu_runtimes_*.json",),
+    "accuracy_vs_gflops": ("digits_accuracy_vs_gflops.json",),
+    "export_large": ("export_large_*.json",),
+}
+#: the tables no script prints, by page and header row: what holds each, or why nothing needs to
+NOT_PRINTED = {
+    "README.md: | | | docs |": "what is supported; its methods row: test_the_readme_lists_every_method_and_counts_them",
+    "README.md: | what | figure | page |": "the headline figures: test_the_readme_headline_figures_are_the_result_files",
+    "docs/guides/int8.md: | `--runtime` | tool | what it writes | runs on |": "not measured: what each quantizer does",
+    "docs/guides/int8.md: | precision | judged by | tolerance |": "not measured: how validate judges int8",
+    "docs/guides/methods.md: | `merge.method` | what it does | kind | learned | schedule | custom ops | `merge.options` (default) |": (
+        "`deploytk methods --markdown`: tests/merging/test_registry.py"
+    ),
+    "docs/guides/methods.md: | seed paper (`shared/seeds/`) | what deploytk takes from it | deployable |": "not measured",
+    "docs/guides/multiscale.md: | detail | deploytk's choice | why |": "not measured: design choices",
+    "docs/guides/video-audio.md: | family | classes | input (ONNX) | prefix tokens |": "not measured: the families",
+    "docs/results/index.md: | what | command | result |": (
+        "the Summary, typed by hand from several sources: test_the_summary_table_figures_are_the_result_files and (slow) "
+        "test_the_summary_gflops_are_what_inspect_counts; its export time and MCTF-vs-official differences have no result file"
+    ),
+    "docs/results/index.md: | candidate | GFLOPs | p50 ms (runs) | meets 260 ms |": (
+        "test_the_tune_table_and_its_figures_are_the_committed_tune_report"
+    ),
+    "docs/results/index.md: | digits ViT, ToMe r=4 | max abs diff | min cosine | top-1 agreement | flips |": (
+        "NOT HELD: one run of tests/export/test_precision.py, no result file (the page says so)"
+    ),
+    "docs/results/vs-alternatives.md: | contender | what it is |": "not measured: the contenders",
+}
+
+
+def tables(text: str) -> list[tuple[int, list[str]]]:
+    """(1-based line, rows) of each run of lines that start with a pipe."""
+    found, lines = [], text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("|") and (i == 0 or not lines[i - 1].startswith("|")):
+            end = next((k for k in range(i, len(lines)) if not lines[k].startswith("|")), len(lines))
+            found.append((i + 1, lines[i:end]))
+    return found
+
+
+def test_every_table_has_a_header_and_every_measured_table_is_held():
+    """A table split by a blank line renders its second half as raw pipes; a measured table on the README, a guide or a
+    results page is what a script prints from a committed result file, or listed in NOT_PRINTED with what holds it."""
+    import importlib
+
+    printed = []
+    for script, patterns in PRINTED.items():
+        markdown = importlib.import_module(f"benchmarks.{script}").markdown
+        files = [path for pattern in patterns for path in sorted(RESULTS.glob(pattern))]
+        assert files, script
+        printed += [markdown(json.loads(path.read_text())) for path in files]
+    printed_text = "\n\n".join(printed)
+    unheld, seen = [], set()
+    for name, text in prose_pages().items():
+        for line, rows in tables(text):
+            assert len(rows) >= 2 and re.fullmatch(r"\|(\s*:?-+:?\s*\|)+", rows[1]), f"{name}:{line}: a table without its header row"
+            if name == "README.md" or name.startswith(("docs/results/", "docs/guides/")):
+                key = f"{name}: {rows[0]}"
+                if "\n".join(rows) not in printed_text:
+                    seen.add(key)
+                    if key not in NOT_PRINTED:
+                        unheld.append(f"{name}:{line}")
+    assert not unheld, f"tables no script prints and NOT_PRINTED does not name: {unheld}"
+    assert seen == set(NOT_PRINTED), f"NOT_PRINTED names tables that are gone or now printed: {set(NOT_PRINTED) - seen}"
