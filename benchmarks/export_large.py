@@ -6,9 +6,10 @@ from the kernel (``os.wait4``'s ``ru_maxrss``); then `deploytk validate` on ONNX
 on OpenVINO (2 seeded images each) checks it against the PyTorch reference, each in a child
 process. Both models' fp32 weights pass 1 GiB, so their exports keep them in ``model.onnx.data``
 beside ``model.onnx`` (ViT-H's 2.5 GB are past protobuf's 2 GiB limit). The exports go to a temporary folder and are
-removed. Writes benchmarks/results/export_large_<cpu>.json.
+removed. Writes benchmarks/results/export_large_<cpu>.json and prints the table of docs/results/index.md.
 
     python benchmarks/export_large.py                          # ~6 min on a 2-core CPU, ~16 GB of memory
+    python benchmarks/export_large.py --markdown benchmarks/results/export_large_amd_epyc.json   # an earlier run's table
     python benchmarks/export_large.py --smoke --output /tmp/x.json   # DeiT-Tiny: does it run
 """
 
@@ -33,6 +34,9 @@ from deploytk.machine import host  # noqa: E402
 
 #: the CPU runtimes each export is validated on (`deploytk validate --backend`)
 VALIDATED_ON = ("ort", "openvino")
+#: how the table names a model (others by their timm name)
+SHORT_NAMES = {"vit_large_patch16_224": "ViT-L/16", "vit_huge_patch14_224": "ViT-H/14", "deit_tiny_patch16_224": "DeiT-Ti/16"}
+RUNTIME_NAMES = {"ort": "ORT", "openvino": "OpenVINO"}
 
 
 def parse_args(argv=None):
@@ -41,6 +45,7 @@ def parse_args(argv=None):
     p.add_argument("--r", type=int, default=8)
     p.add_argument("--smoke", action="store_true", help="DeiT-Tiny, 2 blocks: checks the script, measures nothing of interest.")
     p.add_argument("--output", type=Path, default=None)
+    p.add_argument("--markdown", type=Path, default=None, metavar="JSON", help="Print the table of an earlier run's JSON and exit.")
     return p.parse_args(argv)
 
 
@@ -96,14 +101,58 @@ def measure(model: str, r: int, folder: Path, depth: int | None = None) -> dict:
     return row
 
 
+def exponent(x: float) -> str:
+    """3.159e-06 -> 3.2e-6: the table's short form of a small difference."""
+    mantissa, power = f"{x:.1e}".split("e")
+    return f"{mantissa}e{int(power)}"
+
+
+def markdown(result: dict) -> str:
+    """One row per model: its external-data file, the export's time and peak memory, each validation's."""
+    names = " / ".join(RUNTIME_NAMES.get(b, b) for b in VALIDATED_ON)
+    lines = [
+        "| model | weights (`model.onnx.data`) | `deploytk export` | export peak memory "
+        f"| `validate` {names} (2 images) | max abs diff {names} |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in result["models"]:
+        tokens = row["tokens_per_layer"]
+        model = f"{SHORT_NAMES.get(row['model'], row['model'])} ({len(tokens)} blocks, {tokens[0]} -> {tokens[-1]} tokens)"
+        weights = "none (in `model.onnx`)" if row["external_data_mb"] is None else f"{row['external_data_mb']:.0f} MB"
+        runs = [row[f"validate_{b}"] for b in VALIDATED_ON]
+        verdict = (
+            "pass"
+            if all(v["passed"] for v in runs)
+            else ", ".join(
+                f"{RUNTIME_NAMES.get(b, b)} {'pass' if v['passed'] else 'FAIL'}" for b, v in zip(VALIDATED_ON, runs, strict=True)
+            )
+        )
+        validate = (
+            " / ".join(f"{v['seconds']:.1f} s" for v in runs)
+            + f", {verdict} (peak "
+            + " / ".join(f"{v['peak_rss_gib']:.2f}" for v in runs)
+            + " GiB)"
+        )
+        diffs = " / ".join("-" if v["max_abs_diff"] is None else exponent(v["max_abs_diff"]) for v in runs)
+        lines.append(
+            f"| {model} | {weights} | {row['export_seconds']:.1f} s | {row['export_peak_rss_gib']:.2f} GiB | {validate} | {diffs} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
+    if args.markdown:
+        print(markdown(json.loads(args.markdown.read_text())))
+        return
     models = ["deit_tiny_patch16_224"] if args.smoke else args.models.split(",")
     cpu = re.sub(r"[^a-z0-9]+", "_", host()["cpu"].lower()).strip("_")[:40]
     out = claim_file(args.output or RESULTS / f"export_large_{cpu}.json", "deploytk benchmarks/export_large.py")
     with tempfile.TemporaryDirectory(prefix="deploytk-large-") as folder:
         rows = [measure(m, args.r, Path(folder), depth=2 if args.smoke else None) for m in models]
-    write_result(out, {"smoke": args.smoke, "environment": host(), "r": args.r, "models": rows})
+    result = {"smoke": args.smoke, "environment": host(), "r": args.r, "models": rows}
+    write_result(out, result)
+    print(markdown(result))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The Python API (``deploytk.exporter`` / ``load`` / ``patch`` / ``Artifact``) from the model object a user holds.
+"""The Python API (``deploytk.export`` / ``load`` / ``patch`` / ``Artifact``) from the model object a user holds.
 
 Each model kind round-trips: object -> export -> validate on ONNX Runtime and OpenVINO -> ``deploytk validate DIR``
 in a new process (the reference rebuilt from the weights and architecture stored in the artifact) -> the runner's
@@ -132,7 +132,7 @@ def test_an_object_that_cannot_be_rebuilt_validates_in_its_process_and_the_cli_s
     assert cli.returncode == 2
     message = " ".join(cli.stderr.split())
     assert "was exported from a Python object (test_api.Renamed) that cannot be rebuilt in another process" in message
-    assert "Validate it there (`artifact.validate()`" in message
+    assert "Validate it there (`artifact.validate()` on what deploytk.export returned)" in message
 
 
 def test_a_subclass_that_overrides_forward_is_refused_and_nothing_is_written(tmp_path):

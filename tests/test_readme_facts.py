@@ -2,8 +2,9 @@
 registries, and the result files in benchmarks/results/ (issue 43: the facts test moves with the facts).
 
 A measured table that a script prints must appear verbatim on some prose page (README.md or docs/, not the generated
-docs/reference/); the README's headline figures are recomputed from the same files. (The methods table is held to
-`deploytk methods --markdown` in tests/merging/test_registry.py.)
+docs/reference/); the README's headline figures and the hand-typed tables' figures are recomputed from the same files.
+Every table on the README, a guide or a results page is either printed by a script (PRINTED) or named in NOT_PRINTED
+with what holds it. (The methods table is held to `deploytk methods --markdown` in tests/merging/test_registry.py.)
 """
 
 import json
@@ -127,6 +128,143 @@ def test_the_int8_tables_are_what_their_command_prints(name):
     assert not result(name)["smoke"] and markdown(result(name)) in PROSE
 
 
+def test_the_cpu_performance_table_is_what_its_command_prints():
+    """The per-method table under "CPU performance" and its dense p50 line are `cpu_runtimes.py --markdown` of the
+    committed JSON."""
+    from benchmarks.cpu_runtimes import markdown
+
+    data = result("cpu_runtimes_amd_epyc.json")
+    assert not data["smoke"] and markdown(data) in page("docs/results/index.md")
+
+
+def test_the_accuracy_table_is_what_its_command_prints():
+    from benchmarks.accuracy_vs_gflops import markdown
+
+    assert markdown(result("digits_accuracy_vs_gflops.json")) in page("docs/results/accuracy.md")
+
+
+def test_the_large_models_table_is_what_its_command_prints():
+    from benchmarks.export_large import markdown
+
+    data = result("export_large_amd_epyc.json")
+    assert not data["smoke"] and markdown(data) in page("docs/results/index.md")
+
+
+def section(text: str, heading: str) -> str:
+    """A page's section from its heading to the next heading of the same level, on one line (hard wraps undone)."""
+    start = text.index(f"\n{heading}\n")
+    end = text.find(f"\n{heading.split(' ', 1)[0]} ", start + 1)
+    return " ".join(text[start : end if end != -1 else None].split())
+
+
+def test_the_tune_table_and_its_figures_are_the_committed_tune_report():
+    """`deploytk tune` wrote the JSON (no benchmark script prints this table): each row, verdict and figure of the
+    section is recomputed from it."""
+    data = result("tune_deit_small_tome_r16_ort_b8.json")
+    chosen, next_one = data["chosen"], data["next_less_aggressive"]
+    rows = [f"| candidate | GFLOPs | p50 ms (runs) | meets {data['budget_ms']:g} ms |", "|---|---:|---:|---|"]
+    for c in data["measured"]:
+        label, verdict = c["label"], "yes" if c["meets_budget"] else "no"
+        if c == chosen:
+            label, verdict = f"**{label}**", "**yes: chosen**"
+        elif c == next_one:
+            verdict = "no: the next less aggressive"
+        rows.append(f"| {label} | {c['gflops']:.3f} | {c['latency_ms']:.1f} ({len(c['runs_ms'])}) | {verdict} |")
+    text = section(page("docs/results/index.md"), "## `tune` on DeiT-S")
+    assert " ".join(rows) in text
+    assert chosen["meets_budget"] and not next_one["meets_budget"] and data["outcome"] == "ok"
+    assert f"Dense p50 {data['dense_latency_ms']:.1f} ms (median over the runs); {data['candidates']} candidate schedules" in text
+    assert f"{data['exports']} exports, {data['measurements']} profile runs" in text
+    assert f"DeiT-S ToMe, batch {data['batch']}, budget" in text and f"--budget-ms {data['budget_ms']:g}" in text
+    runs = " and ".join(f"{ms:.1f}" for ms in next_one["runs_ms"])
+    assert f"{next_one['label']}'s two runs took {runs} ms (median {next_one['latency_ms']:.1f})" in text
+
+
+def short_e(x: float) -> str:
+    """2.287e-06 -> 2.3e-6, as the pages write a small difference."""
+    mantissa, power = f"{x:.1e}".split("e")
+    return f"{mantissa}e{int(power)}"
+
+
+def test_the_summary_table_figures_are_the_result_files():
+    """The Summary rows on docs/results/index.md that cite a result file, each figure recomputed from it (the table is
+    typed by hand: its rows come from several files)."""
+    text = section(page("docs/results/index.md"), "## Summary (CPU, this repository)")
+
+    full = result("validate_all_configs.json")
+    configs, by_name = full["configs"], {c["config"]: c for c in full["configs"]}
+    tome = by_name["deit_small_tome_r16.yaml"]["ort"]
+    assert tome["passed"] and tome["top1_agreement"] == 1.0
+    assert (
+        f"max \\|logit diff\\| {short_e(tome['max_abs_diff'])}, top-1 agreement 100%, "
+        f"min cosine {tome['cosine_similarity_min']:.7f}: PASS" in text
+    )
+    ran_ov = [c for c in configs if c["openvino"]["passed"] is not None]
+    refused = [c for c in configs if c["openvino"]["passed"] is None]
+    assert all(c["precision"] == "bf16" for c in refused) and not full["failed"]
+    assert f"{sum(c['ort']['passed'] for c in configs)} of {len(configs)} pass on ONNX Runtime" in text
+    assert f"{sum(c['openvino']['passed'] for c in ran_ov)} of {len(ran_ov)} fp32/fp16 pass on OpenVINO" in text
+    assert f"(the {len(refused)} bf16 configs are refused there" in text and f"({full['seconds'] / 60:.0f} min, its `seconds`" in text
+    runs = [c[rt] for c in configs for rt in ("ort", "openvino") if c[rt]["passed"] is not None]
+    plain = [
+        c[rt]["max_abs_diff"] for c in configs for rt in ("ort", "openvino") if c["precision"] == "fp32" and c[rt].get("branch_flips") == 0
+    ]
+    assert f"the largest fp32 difference without a branch flip {short_e(max(plain))}" in text
+    assert f"{sum(r['branch_flips'] for r in runs)} proven near-tie flips over all runs" in text
+    bf16 = by_name["deit_small_tome_r16_bf16.yaml"]["ort"]
+    assert bf16["passed"] and bf16["top1_flips"] == bf16["top1_flips_within_tolerance"]
+    assert f"`deit_small_tome_r16_bf16` passes on ONNX Runtime with {bf16['top1_flips']} top-1 flips within tolerance" in text
+
+    added = result("validate_configs_pitome_visionzip.json")
+    runs = {(c["config"], rt): c[rt] for c in added["configs"] for rt in ("ort", "openvino")}
+    assert all(r["passed"] for r in runs.values()) and not added["failed"]
+    n = len(added["configs"])
+    assert f"{n} of {n} pass on both runtimes" in text and f", {added['seconds'] / 60:.0f} min)" in text
+    flips = [r["branch_flips"] for (name, _), r in runs.items() if "pitome" in name and not name.startswith("digits_vit")]
+    assert f"PiToMe on random weights: {min(flips)} to {max(flips)} proven near-tie flips" in text
+    assert all(r["branch_flips"] == 0 for (name, _), r in runs.items() if name.startswith("digits_vit")), "none on the digits ViT"
+    visionzip = max(r["max_abs_diff"] for (name, _), r in runs.items() if name == "llava15_clip_l336_visionzip_128_tokens.yaml")
+    assert f"VisionZip 128 tokens max diff {short_e(visionzip)}" in text
+
+    rows = {
+        (r["runtime"], r["batch"]): r
+        for r in result("cpu_runtimes_amd_epyc.json")["rows"]
+        if r["model"] == "deit_small_patch16_224" and r["method"] == "tome"
+    }
+    ort1, ort8 = rows["ort", 1], rows["ort", 8]
+    assert f"{ort8['speedup']:.2f}x at batch 8, {ort1['speedup']:.2f}x at batch 1 (FLOPs ratio {ort8['flops_ratio']:.2f}x)" in text
+    assert f"this session measured {ort8['dense_p50_ms']:.0f} / {ort1['dense_p50_ms']:.0f} ms" in text
+
+
+@pytest.mark.slow  # 16 FLOP counts of DeiT-T/S/B (about 50 s on the 2-core machine)
+def test_the_summary_gflops_are_what_inspect_counts():
+    """The Summary's GFLOPs and token counts come from no result file: `deploytk inspect` counts them again here."""
+    import deploytk
+
+    def inspect(model, **kwargs) -> dict:
+        return deploytk.inspect(model, **kwargs).to_dict()
+
+    text = section(page("docs/results/index.md"), "## Summary (CPU, this repository)")
+    tome = {}
+    for name, rs in (("small", (8, 13, 16)), ("tiny", (8, 12, 16)), ("base", (8, 13, 16))):
+        reports = [inspect(f"deit_{name}_patch16_224", method="tome", r=r) for r in rs]
+        tome[name] = [f"{g:.2f}" for g in (reports[0]["dense_gflops"], *(x["gflops"] for x in reports))]
+    s, t, b = tome["small"], tome["tiny"], tome["base"]
+    assert (
+        f"DeiT-S {' / '.join(s)} for r = 0 / 8 / 13 / 16; DeiT-T {t[0]} / {t[1]} / {t[2]} (r=12) / {t[3]}; DeiT-B {' / '.join(b)}"
+    ) in text
+
+    def mctf(config, **kwargs) -> float:
+        return inspect(f"export_configs/{config}.yaml", **kwargs)["gflops"]
+
+    assert f"DeiT-S r=16 **{mctf('deit_small_mctf_r16'):.4f}** (official" in text
+    assert f"MCTF-Fast {mctf('deit_small_mctf_fast'):.4f} (2.76)" in text
+    assert f"DeiT-T r=16 {mctf('deit_tiny_mctf_r16'):.3f} (0.71), r=8 {mctf('deit_tiny_mctf_r8'):.3f} (official" in text
+    assert f"r=18 {mctf('deit_small_mctf_r16', r=18):.4f}, r=20 {mctf('deit_small_mctf_r16', r=20):.4f} (paper" in text
+    tokens = inspect("export_configs/deit_small_evit_k70.yaml")["tokens_per_layer"]
+    assert f"({' -> '.join(map(str, dict.fromkeys(tokens)))} for evit keep 0.7 at 3/6/9)" in text
+
+
 def test_the_digits_int8_table_is_what_its_command_prints():
     from benchmarks.digits_int8 import markdown
 
@@ -236,6 +374,7 @@ def test_the_readme_headline_figures_are_the_result_files():
 
     startup = {r["command"]: r for r in result("cli_startup_amd_epyc.json")["rows"]}
     assert headline("`deploytk --help` on the CLI").startswith(f"{startup['deploytk --help']['median_s']:.3f} s ")
+    assert headline("`import deploytk`, median").startswith(f"{startup['import deploytk']['median_s']:.3f} s ")
 
     digits = {r["config"]: r for r in result("digits_accuracy_vs_gflops.json")["results"]}
     pitome, dense = digits["export_configs/digits_vit_pitome_k90.yaml"], digits["export_configs/digits_vit_dense.yaml"]
@@ -280,3 +419,80 @@ def test_the_gpu_page_quotes_the_h200_run_and_its_rerun():
     rows = summary["numbers"]["end_to_end_latency"]["rows"]
     speedups = [v for row in rows for v in row["speedup"].values()]
     assert max(speedups) < 1 and f"({min(speedups):.2f}x-{max(speedups):.2f}x)" in text
+
+
+#: each script's markdown() and the result files it prints a table of (a page holds such a table verbatim)
+PRINTED = {
+    "output_kinds": ("output_kinds_*.json", "multiscale_profile_*.json"),
+    "multiscale_vs_paper": ("multiscale_vs_paper.json",),
+    "int8": ("int8_*.json",),
+    "digits_int8": ("digits_int8_accuracy.json",),
+    "triton_load": ("triton_load_*.json",),
+    "vs_alternatives": ("vs_alternatives_*.json",),
+    "video_audio": ("video_audio_*.json",),
+    "cpu_op_profile": ("cpu_op_profile_*.json",),
+    "ort_fusion": ("ort_fusion_*.json",),
+    "cpu_runtimes": ("cpu_runtimes_*.json",),
+    "accuracy_vs_gflops": ("digits_accuracy_vs_gflops.json",),
+    "export_large": ("export_large_*.json",),
+}
+#: the tables no script prints, by page and header row: what holds each, or why nothing needs to
+NOT_PRINTED = {
+    "README.md: | | | docs |": "what is supported; its methods row: test_the_readme_lists_every_method_and_counts_them",
+    "README.md: | what | figure | page |": "the headline figures: test_the_readme_headline_figures_are_the_result_files",
+    "docs/guides/int8.md: | `--runtime` | tool | what it writes | runs on |": "not measured: what each quantizer does",
+    "docs/guides/int8.md: | precision | judged by | tolerance |": "not measured: how validate judges int8",
+    "docs/guides/methods.md: | `merge.method` | what it does | kind | learned | schedule | custom ops | `merge.options` (default) |": (
+        "`deploytk methods --markdown`: tests/merging/test_registry.py"
+    ),
+    "docs/guides/methods.md: | seed paper (`shared/seeds/`) | what deploytk takes from it | deployable |": "not measured",
+    "docs/guides/multiscale.md: | detail | deploytk's choice | why |": "not measured: design choices",
+    "docs/guides/video-audio.md: | family | classes | input (ONNX) | prefix tokens |": "not measured: the families",
+    "docs/results/index.md: | what | command | result |": (
+        "the Summary, typed by hand from several sources: test_the_summary_table_figures_are_the_result_files and (slow) "
+        "test_the_summary_gflops_are_what_inspect_counts; its export time and MCTF-vs-official differences have no result file"
+    ),
+    "docs/results/index.md: | candidate | GFLOPs | p50 ms (runs) | meets 260 ms |": (
+        "test_the_tune_table_and_its_figures_are_the_committed_tune_report"
+    ),
+    "docs/results/index.md: | digits ViT, ToMe r=4 | max abs diff | min cosine | top-1 agreement | flips |": (
+        "NOT HELD: one run of tests/export/test_precision.py, no result file (the page says so)"
+    ),
+    "docs/results/vs-alternatives.md: | contender | what it is |": "not measured: the contenders",
+}
+
+
+def tables(text: str) -> list[tuple[int, list[str]]]:
+    """(1-based line, rows) of each run of lines that start with a pipe."""
+    found, lines = [], text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("|") and (i == 0 or not lines[i - 1].startswith("|")):
+            end = next((k for k in range(i, len(lines)) if not lines[k].startswith("|")), len(lines))
+            found.append((i + 1, lines[i:end]))
+    return found
+
+
+def test_every_table_has_a_header_and_every_measured_table_is_held():
+    """A table split by a blank line renders its second half as raw pipes; a measured table on the README, a guide or a
+    results page is what a script prints from a committed result file, or listed in NOT_PRINTED with what holds it."""
+    import importlib
+
+    printed = []
+    for script, patterns in PRINTED.items():
+        markdown = importlib.import_module(f"benchmarks.{script}").markdown
+        files = [path for pattern in patterns for path in sorted(RESULTS.glob(pattern))]
+        assert files, script
+        printed += [markdown(json.loads(path.read_text())) for path in files]
+    printed_text = "\n\n".join(printed)
+    unheld, seen = [], set()
+    for name, text in prose_pages().items():
+        for line, rows in tables(text):
+            assert len(rows) >= 2 and re.fullmatch(r"\|(\s*:?-+:?\s*\|)+", rows[1]), f"{name}:{line}: a table without its header row"
+            if name == "README.md" or name.startswith(("docs/results/", "docs/guides/")):
+                key = f"{name}: {rows[0]}"
+                if "\n".join(rows) not in printed_text:
+                    seen.add(key)
+                    if key not in NOT_PRINTED:
+                        unheld.append(f"{name}:{line}")
+    assert not unheld, f"tables no script prints and NOT_PRINTED does not name: {unheld}"
+    assert seen == set(NOT_PRINTED), f"NOT_PRINTED names tables that are gone or now printed: {set(NOT_PRINTED) - seen}"

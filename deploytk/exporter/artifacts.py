@@ -196,7 +196,7 @@ class Artifact:
             raise DeploytkError(
                 f"{self.directory} was exported from a Python object ({source['object']}) that cannot be rebuilt in another "
                 f"process: {source.get('cannot_rebuild')}; its PyTorch reference existed only in the process that exported it.",
-                hint="Validate it there (`artifact.validate()` on what deploytk.exporter returned), or export a model deploytk "
+                hint="Validate it there (`artifact.validate()` on what deploytk.export returned), or export a model deploytk "
                 "can rebuild (a timm model made by timm.create_model, a transformers model, or a config naming one).",
             )
         for name, recorded in source["files"].items():
