@@ -10,7 +10,7 @@ top-1 flips (and how many the tolerance explains), near-tie branch flips (a matc
 replaying the reference with the runtime's choices) and the min cosine against that replayed reference. Writes
 benchmarks/results/precision_<cpu>.json and prints the table.
 
-    python benchmarks/precision.py                 # every row (~5 min on 2 cores, DeiT-S most of it)
+    python benchmarks/precision.py                 # every row (~2 min on 2 cores)
     python benchmarks/precision.py --rows tome_r4_fp16,tome_r4_bf16
     python benchmarks/precision.py --markdown benchmarks/results/precision_amd_epyc.json   # the table in docs/results/index.md
     python benchmarks/precision.py --smoke --output /tmp/x.json   # two digits rows on 16 images: does it run

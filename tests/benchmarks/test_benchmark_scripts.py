@@ -162,6 +162,36 @@ def test_output_kinds_smoke(tmp_path):
     assert (tmp_path / "x.png").is_file()
 
 
+@pytest.mark.slow  # two digits exports validated on 16 images: 22-33 s on the 2-core machine
+def test_precision_smoke(tmp_path):
+    """Both rows really ran in low precision against the fp32 reference, and the printed table is --markdown's."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.precision import markdown
+
+    report, stdout = run_script("precision.py", tmp_path / "p.json", False)
+    fp16, bf16 = report["rows"]
+    assert report["smoke"] and report["environment"]["versions"]["onnxruntime"] and set(report["environment"]) >= {"cpu", "isa"}
+    assert (fp16["row"], fp16["precision"], bf16["row"], bf16["precision"]) == ("tome_r4_fp16", "fp16", "tome_r4_bf16", "bf16")
+    for row in (fp16, bf16):
+        assert row["passed"] and row["num_images"] == 16 and row["images"] == "digits" and row["top1_agreement"] == 1.0
+        assert row["max_abs_diff"] > 1e-5 and row["cosine_similarity_min"] > 0.999  # really lowered, still close
+    assert fp16["emulation"] is None and "emulated" in bf16["emulation"] and bf16["max_abs_diff"] > fp16["max_abs_diff"]
+    assert fp16["tokens_per_layer"] == [65 - 4 * i for i in range(12)]
+    assert markdown(report) in stdout and "| digits ViT, ToMe r=4, bf16 (emulated) | 16 validation digits |" in stdout
+
+
+def test_precision_refuses_an_unknown_row_before_writing(tmp_path):
+    out = tmp_path / "p.json"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "precision.py"), "--rows", "tome_r4_fp16,tome_r4_fp8", "--output", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert result.returncode == 2 and "unknown row(s) tome_r4_fp8; choose from tome_r4_fp16," in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_cli_startup_smoke(tmp_path):
     report, stdout = run_script("cli_startup.py", tmp_path / "x.json", False)
     assert report["smoke"] and report["command"].startswith("python") and "deploytk --help" in stdout
