@@ -150,6 +150,37 @@ def test_the_large_models_table_is_what_its_command_prints():
     assert not data["smoke"] and markdown(data) in page("docs/results/index.md")
 
 
+def test_the_precision_table_and_its_figures_are_the_committed_run():
+    """The fp16/bf16 table is `precision.py --markdown` of the committed JSON, and the paragraph after it quotes the same
+    rows: the flips, the flip budget, the replayed cosine, and the machine and version the run names."""
+    from benchmarks.precision import markdown
+
+    data = result("precision_amd_epyc.json")
+    rows = {r["row"]: r for r in data["rows"]}
+    assert not data["smoke"] and all(r["passed"] and r["num_images"] == 64 for r in rows.values())
+    raw = page("docs/results/index.md")
+    assert markdown(data) in raw
+    text = section(raw, "## fp16 and bf16 on the digits ViT")
+    env = data["environment"]
+    isa = {"avx2": "AVX2", "avx512f": "AVX-512F", "avx512_vnni": "AVX512-VNNI", "avx512_bf16": "AVX512-BF16"}
+    assert data["command"] == "python benchmarks/precision.py" and f"`{data['command']}` at " in text
+    features = ", ".join(isa[f] for f in env["isa"])
+    assert f"on the {env['cpus_usable']}-core {env['cpu']} ({features}), ONNX Runtime {env['versions']['onnxruntime']} CPU" in text
+    tome = [rows[k] for k in ("tome_r4_fp16", "tome_r16_fp16", "tome_r4_bf16")]
+    assert all(r["branch_flips"] == 0 and r["top1_flips"] == 0 for r in tome) and "ToMe on the trained digits ViT flips nothing" in text
+    assert rows["tome_r4_bf16"]["emulation"] and rows["tome_r16_fp16"]["overrides"] == {"r": 16}
+    mctf, noise, deit = rows["mctf_r4_fp16"], rows["mctf_r4_fp16_noise"], rows["deit_s_tome_r16_fp16"]
+    assert mctf["branch_flips"] == mctf["branch_flips_explained"] == 1 and "on the same digits: 1 proven near-tie flip" in text
+    assert noise["images"] == "synthetic" and f"on {noise['num_images']} synthetic noise images: {noise['branch_flips']}, which" in text
+    assert f"flip budget (`max_branch_flips`) is {100 * noise['max_branch_flips']:.0f}%" in text
+    assert noise["branch_flips"] <= noise["max_branch_flips"] * noise["num_images"]
+    assert deit["branch_flips"] == deit["branch_flips_explained"] and deit["images"] == "synthetic"
+    assert (
+        f"on {deit['num_images']} synthetic images: {deit['branch_flips']} flips, all proven, min cosine "
+        f"{deit['cosine_similarity_min_replayed']:.5f} against the reference replayed" in text
+    )
+
+
 def section(text: str, heading: str) -> str:
     """A page's section from its heading to the next heading of the same level, on one line (hard wraps undone)."""
     start = text.index(f"\n{heading}\n")
@@ -435,6 +466,7 @@ PRINTED = {
     "cpu_runtimes": ("cpu_runtimes_*.json",),
     "accuracy_vs_gflops": ("digits_accuracy_vs_gflops.json",),
     "export_large": ("export_large_*.json",),
+    "precision": ("precision_*.json",),
 }
 #: the tables no script prints, by page and header row: what holds each, or why nothing needs to
 NOT_PRINTED = {
@@ -454,9 +486,6 @@ NOT_PRINTED = {
     ),
     "docs/results/index.md: | candidate | GFLOPs | p50 ms (runs) | meets 260 ms |": (
         "test_the_tune_table_and_its_figures_are_the_committed_tune_report"
-    ),
-    "docs/results/index.md: | digits ViT, ToMe r=4 | max abs diff | min cosine | top-1 agreement | flips |": (
-        "NOT HELD: one run of tests/export/test_precision.py, no result file (the page says so)"
     ),
     "docs/results/vs-alternatives.md: | contender | what it is |": "not measured: the contenders",
 }
