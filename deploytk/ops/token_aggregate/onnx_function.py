@@ -29,8 +29,8 @@ def TokenAggregate(
     Not ScatterND(reduction="add"): ONNX Runtime's multi-threaded CPU kernel races on duplicate
     indices and returns wrong sums now and then (microsoft/onnxruntime#18048, #23396; measured
     here on 1.31.1). ScatterElements(add) is exact there; over all N rows it was 2x slower than the
-    one-hot MatMul at N=197, over the E extras it is 2-2.7x faster than a [B, T, E] matrix and a
-    MatMul at N = 1,214-1,568 and as fast at 197 (benchmarks/token_aggregate_body.py).
+    one-hot MatMul at N=197; over the E extras it is 1.9-2.5x faster than a [B, T, E] matrix and a
+    MatMul at N = 1,214-1,568 and 1.0-1.3x at 197 (benchmarks/token_aggregate_body.py).
     TopK's values feed one Mul only: OpenVINO 2026.4 refused to compile ("Default output not
     supported") a body that also cast them to bool. Sums in fp32 whatever x's type; the result is
     cast back to x's type.
