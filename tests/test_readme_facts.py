@@ -347,6 +347,16 @@ def test_the_ort_fusion_and_batch_1_profile_tables_are_what_their_commands_print
     assert profiles and all(profile_table(json.loads(p.read_text())) in text for p in profiles)
 
 
+def test_the_token_aggregate_body_table_is_what_its_command_prints():
+    """docs/results/index.md shows `benchmarks/token_aggregate_body.py --markdown` of each committed full run."""
+    from benchmarks.token_aggregate_body import markdown
+
+    runs = sorted(RESULTS.glob("token_aggregate_body_*.json"))
+    assert runs and all(
+        not json.loads(p.read_text())["smoke"] and markdown(json.loads(p.read_text())) in page("docs/results/index.md") for p in runs
+    )
+
+
 def test_the_measured_tables_live_on_the_results_pages():
     """A measured table moved back into a guide (or the README) would leave the results pages incomplete."""
     from benchmarks.int8 import markdown as int8_table

@@ -371,3 +371,16 @@ def test_video_audio_counts_attention_as_softmax_and_the_activation_products():
     x, y = (helper.make_tensor_value_info(n, TensorProto.FLOAT, [3, 4]) for n in ("x", "y"))
     graph = helper.make_graph(nodes, "g", [x], [y], [weight])
     assert attention_nodes(helper.make_model(graph)) == {"scores", "s", "softmax", "a", "values", "y"}
+
+
+def test_token_aggregate_body_smoke(tmp_path):
+    """The three bodies run on both runtimes, each checked against the torch op before it is timed; speedup is the medians'."""
+    pytest.importorskip("openvino", reason="the openvino extra is not installed")
+    report, stdout = run_script("token_aggregate_body.py", tmp_path / "a.json", interpret=False)
+    assert report["smoke"] and set(report["host"]) >= {"cpu", "isa"} and set(report["versions"]) == {"onnxruntime", "openvino"}
+    assert [(r["runtime"], r["B"], r["N"], r["T"], r["C"]) for r in report["rows"]] == [("ort", 2, 33, 29, 16), ("openvino", 2, 33, 29, 16)]
+    for row in report["rows"]:
+        assert set(row["median_ms"]) == {"previous", "extras_matmul", "current"}
+        assert all(d <= 1e-5 for d in row["max_diff_over_max_value"].values())
+        assert row["speedup"] == pytest.approx(row["median_ms"]["previous"] / row["median_ms"]["current"], rel=1e-6)
+    assert "| runtime | B | N | T | C | previous ms | extras MatMul ms | current ms | speedup |" in stdout

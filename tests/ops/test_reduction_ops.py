@@ -286,8 +286,9 @@ def test_token_aggregate_body_is_exact_and_repeatable_on_multithreaded_ort():
     (wrong sums in 2 of 5 runs on this 2-core machine)."""
     g = torch.Generator().manual_seed(0)
     x, w = torch.randn(8, 197, 192, generator=g), torch.rand(8, 197, 1, generator=g)
-    dest = torch.randint(0, 151, (8, 197), generator=g)
-    dest[:, :40] = 3  # many tokens into one slot
+    # every slot one token (the op's contract), then 40 tokens more into slot 3, the last 7 dropped
+    dest = torch.cat([torch.arange(150), torch.full((40,), 3), torch.full((7,), 150)])
+    dest = torch.stack([dest[torch.randperm(197, generator=g)] for _ in range(8)])
     want = ops.token_aggregate(x, w, dest, 150, False).numpy()
     inputs = {"x": x.numpy(), "weight": w.numpy(), "dest": dest.numpy()}
     session = node_session("TokenAggregate", inputs, TensorProto.FLOAT, 3, tokens_out=150, normalize=0, tokens=197)

@@ -3,6 +3,14 @@
 out[b, j] = sum_{i: dest[b,i] = j} w[b,i] x[b,i]  (divided by sum w when ``normalize``).
 Inputs: x [B, N, C], weight [B, N, 1] (fp32), dest [B, N] int64 in [0, tokens_out]
 (tokens_out = dropped). Attributes: tokens_out, normalize. Output [B, tokens_out, C].
+
+Contract on ``dest`` (what every matching op gives; tests/merging/test_aggregate_contract.py holds
+every method to it): at most N - tokens_out of the kept tokens (dest < tokens_out) share their slot
+with a lower-numbered token. A merging op gives every slot 0..tokens_out-1 at least one token, which
+implies it; a selecting op (ATSSample, KMedoidsSelect: each kept token its own slot, the rest
+dropped) may leave a slot empty, out of no more slots than tokens it drops. The ONNX body adds at
+most N - tokens_out tokens onto each slot's first one and would silently leave out any beyond; an
+empty slot sums to 0 (NaN when normalised), as in the reference. The torch op does not check it.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ def token_aggregate(x: torch.Tensor, weight: torch.Tensor, dest: torch.Tensor, t
     x [B, N, C], weight [B, N, 1], dest [B, N] in [0, tokens_out]; slot ``tokens_out`` is
     a drop bucket that is discarded. The sums are taken in fp32 (or wider) (weights are token sizes or
     attention, which fp16 would round) and the result is returned in x's dtype.
+    Any ``dest`` in range is summed here; the ONNX body needs the op's contract (the package's
+    docstring): at most N - tokens_out kept tokens share a slot with a lower-numbered token.
     """
     b, _, c = x.shape
     idx = dest[..., None]
