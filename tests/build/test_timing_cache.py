@@ -14,6 +14,7 @@ from onnx import helper
 from deploytk.build.builder import _build
 from deploytk.build.options import BuildOptions
 from deploytk.errors import DeploytkError
+from deploytk.inputs.image import ImageInput
 from deploytk.progress import SILENT
 
 MAGIC = b"TRTCACHE"
@@ -95,7 +96,7 @@ FAKE_TRT = types.SimpleNamespace(
 def build_with_cache(cache_path):
     model = helper.make_model(helper.make_graph([], "g", [], []))
     options = BuildOptions(timing_cache=str(cache_path))
-    return _build(FAKE_TRT, None, model, options, (1, 3, 32, 32), "model.onnx", SILENT, "merged model")
+    return _build(FAKE_TRT, None, model, options, ImageInput.of_size((32, 32)), "model.onnx", SILENT, "merged model")
 
 
 def test_a_new_cache_file_is_written_after_the_build(tmp_path):
