@@ -65,6 +65,10 @@ def build_engine(directory: Path, options: BuildOptions, progress: Progress = SI
     _force_aot(model, plugin_ops)
 
     logger = trt.Logger(trt.Logger.WARNING)
+    if options.merge_impl == "native":
+        # TokenAggregate's inlined body scatters with reduction="min"/"add", which TensorRT's ONNX parser maps to
+        # the scatterElements plugin of its own plugin library: registered here, before parsing
+        trt.init_libnvinfer_plugins(logger, "")
     kind = artifact.input_kind
     serialized, seconds = _build(trt, logger, model, options, kind, directory / MODEL_FILE, progress, "merged model")
     baseline = None
