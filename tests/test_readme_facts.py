@@ -477,6 +477,7 @@ PRINTED = {
     "accuracy_vs_gflops": ("digits_accuracy_vs_gflops.json",),
     "export_large": ("export_large_*.json",),
     "precision": ("precision_*.json",),
+    "token_aggregate_body": ("token_aggregate_body_*.json",),
 }
 #: the tables no script prints, by page and header row: what holds each, or why nothing needs to
 NOT_PRINTED = {
