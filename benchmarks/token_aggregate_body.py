@@ -146,8 +146,10 @@ def tome_like_inputs(b: int, n: int, t: int, c: int, seed: int = 0) -> dict[str,
 
 def ort_runner(model: onnx.ModelProto, batch: int):
     from deploytk.backends.ort import ort_session
+    from deploytk.exporter.onnx_io import runnable
 
-    session = ort_session(model.SerializeToString(), spinning=False)  # two sessions run alternately
+    with runnable(model) as graph:  # bytes (a single node is far below protobuf's 2 GiB)
+        session = ort_session(graph, spinning=False)  # two sessions run alternately
     return lambda feeds: session.run(None, feeds)[0]
 
 
@@ -156,9 +158,11 @@ def openvino_runner(model: onnx.ModelProto, batch: int):
 
     from deploytk.backends.openvino_backend import cpu_threads
     from deploytk.exporter.inline import inline_deploytk_functions
+    from deploytk.exporter.onnx_io import runnable
 
     core = openvino.Core()
-    ov_model = core.read_model(io.BytesIO(inline_deploytk_functions(model).SerializeToString()))
+    with runnable(inline_deploytk_functions(model)) as graph:
+        ov_model = core.read_model(io.BytesIO(graph) if isinstance(graph, bytes) else graph)
     ov_model.reshape(
         {i.get_any_name(): [batch, *(d.get_length() for d in i.get_partial_shape()[1:])] for i in ov_model.inputs}
     )  # static batch
