@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -28,8 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import RESULTS, write_result  # noqa: E402
-from deploytk.files import claim_file  # noqa: E402
+from benchmarks.common import cpu_result_output, write_result  # noqa: E402
 from deploytk.machine import host  # noqa: E402
 
 #: the CPU runtimes each export is validated on (`deploytk validate --backend`)
@@ -146,8 +144,7 @@ def main(argv=None) -> None:
         print(markdown(json.loads(args.markdown.read_text())))
         return
     models = ["deit_tiny_patch16_224"] if args.smoke else args.models.split(",")
-    cpu = re.sub(r"[^a-z0-9]+", "_", host()["cpu"].lower()).strip("_")[:40]
-    out = claim_file(args.output or RESULTS / f"export_large_{cpu}.json", "deploytk benchmarks/export_large.py")
+    out = cpu_result_output("export_large", "export_large.py", args.output)
     with tempfile.TemporaryDirectory(prefix="deploytk-large-") as folder:
         rows = [measure(m, args.r, Path(folder), depth=2 if args.smoke else None) for m in models]
     result = {"smoke": args.smoke, "environment": host(), "r": args.r, "models": rows}

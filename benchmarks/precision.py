@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import RESULTS, write_result  # noqa: E402
+from benchmarks.common import cpu_result_output, write_result  # noqa: E402
 from deploytk.machine import host  # noqa: E402
 
 #: key -> (config stem, overrides, images, the table's label). Images: "digits" (validation digits) or "synthetic"
@@ -163,13 +163,9 @@ def main(argv=None) -> None:
     if args.markdown:
         print(markdown(json.loads(args.markdown.read_text())))
         return
-    import re
-
     from deploytk.evaluation.digits import write_digits_imagefolder
-    from deploytk.files import claim_file
 
-    cpu = re.sub(r"[^a-z0-9]+", "_", host()["cpu"].lower()).strip("_")[:40]
-    out = claim_file(args.output or RESULTS / f"precision_{cpu}.json", "deploytk benchmarks/precision.py")
+    out = cpu_result_output("precision", "precision.py", args.output)
     with tempfile.TemporaryDirectory(prefix="deploytk-precision-") as folder:
         digits = Path(folder) / "digits"
         if any(ROWS[r][2] == "digits" for r in args.rows):
