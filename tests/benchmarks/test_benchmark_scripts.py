@@ -11,15 +11,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_script(name: str, out: Path, interpret: bool, *extra: str):
-    env = {**os.environ, "TRITON_INTERPRET": "1" if interpret else "0"}
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / name), "--smoke", "--output", str(out), *extra],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
+def benchmark(name: str, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """``python benchmarks/NAME ARGS`` from the repository root, ``env`` added to this process's environment."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / name), *args], capture_output=True, text=True, env={**os.environ, **env}, cwd=ROOT
     )
+
+
+def run_script(name: str, out: Path, interpret: bool, *extra: str):
+    result = benchmark(name, "--smoke", "--output", str(out), *extra, TRITON_INTERPRET="1" if interpret else "0")
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(out.read_text()), result.stdout
 
@@ -38,13 +38,7 @@ def test_kernel_bandwidth_smoke(tmp_path):
 
 
 def test_kernel_bandwidth_smoke_needs_the_interpreter(tmp_path):
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "kernel_bandwidth.py"), "--smoke", "--output", str(tmp_path / "k.json")],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "TRITON_INTERPRET": "0"},
-        cwd=ROOT,
-    )
+    result = benchmark("kernel_bandwidth.py", "--smoke", "--output", str(tmp_path / "k.json"), TRITON_INTERPRET="0")
     assert result.returncode != 0 and "TRITON_INTERPRET=1" in result.stderr and not (tmp_path / "k.json").exists()
 
 
@@ -126,12 +120,7 @@ def test_cpu_op_profile_groups_nodes_by_deploytk_op(exported):
     for runtime in ("ort", "openvino"):
         if runtime == "openvino":
             pytest.importorskip("openvino", reason="the openvino extra is not installed")
-        result = subprocess.run(
-            [sys.executable, str(ROOT / "benchmarks" / "cpu_op_profile.py"), str(art), "--runtime", runtime, "--iterations", "2", "--json"],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-        )
+        result = benchmark("cpu_op_profile.py", str(art), "--runtime", runtime, "--iterations", "2", "--json")
         assert result.returncode == 0, result.stderr[-2000:]
         ms = json.loads(result.stdout)["ms"]
         merged, dense = ms["merged"], ms["dense"]
@@ -182,12 +171,7 @@ def test_precision_smoke(tmp_path):
 
 def test_precision_refuses_an_unknown_row_before_writing(tmp_path):
     out = tmp_path / "p.json"
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "precision.py"), "--rows", "tome_r4_fp16,tome_r4_fp8", "--output", str(out)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    result = benchmark("precision.py", "--rows", "tome_r4_fp16,tome_r4_fp8", "--output", str(out))
     assert result.returncode == 2 and "unknown row(s) tome_r4_fp8; choose from tome_r4_fp16," in result.stderr
     assert list(tmp_path.iterdir()) == []
 
@@ -211,12 +195,8 @@ def test_vs_alternatives_smoke_compares_every_contender_and_says_why_one_did_not
 
     missing = tmp_path / "no-tome"
     out = tmp_path / "v.json"
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "vs_alternatives.py"), "--smoke", "--output", str(out)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "DEPLOYTK_OFFICIAL_TOME": str(missing), "DEPLOYTK_OFFICIAL_MCTF": str(missing)},
-        cwd=ROOT,
+    result = benchmark(
+        "vs_alternatives.py", "--smoke", "--output", str(out), DEPLOYTK_OFFICIAL_TOME=str(missing), DEPLOYTK_OFFICIAL_MCTF=str(missing)
     )
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(out.read_text())
@@ -280,12 +260,7 @@ def test_vs_alternatives_smoke_compares_every_contender_and_says_why_one_did_not
 
 def test_vs_alternatives_refuses_an_unknown_contender_before_writing(tmp_path):
     out = tmp_path / "v.json"
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "vs_alternatives.py"), "--contenders", "deploytk_ort,tensorflow", "--output", str(out)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    result = benchmark("vs_alternatives.py", "--contenders", "deploytk_ort,tensorflow", "--output", str(out))
     assert result.returncode != 0 and "unknown contender(s) tensorflow; known: deploytk_ort," in result.stderr
     assert list(tmp_path.iterdir()) == []
 
@@ -340,12 +315,7 @@ def test_video_audio_smoke(tmp_path, capsys):
 )
 def test_video_audio_refuses_an_unknown_model_or_runtime_before_writing(tmp_path, option, value, message):
     out = tmp_path / "v.json"
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "video_audio.py"), option, value, "--output", str(out)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    result = benchmark("video_audio.py", option, value, "--output", str(out))
     assert result.returncode != 0 and message in result.stderr
     assert list(tmp_path.iterdir()) == []
 
