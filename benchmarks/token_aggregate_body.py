@@ -111,22 +111,23 @@ def extras_matmul_body(
 BODIES = {"previous": previous_body, "extras_matmul": extras_matmul_body, "current": OPS["TokenAggregate"].onnx_function}
 
 
-def single_node(function, n: int, t: int, c: int) -> onnx.ModelProto:
-    """One TokenAggregate node calling ``function`` (renamed to the op), static N and C, symbolic batch, normalize=1."""
+def single_node(function, n: int, t: int, c: int, normalize: bool = True, x_type: int = TensorProto.FLOAT) -> onnx.ModelProto:
+    """One TokenAggregate node calling ``function`` (renamed to the op), as the exporter writes it: static N and C,
+    symbolic batch (also the tests' one-node model: tests/helpers/aggregate.py)."""
     proto = function.to_function_proto()
     proto.name = "TokenAggregate"
     node = helper.make_node(
-        "TokenAggregate", ["x", "weight", "dest"], ["out"], domain="deploytk", tokens_out=t, normalize=1, **PLUGIN_ATTRIBUTES
+        "TokenAggregate", ["x", "weight", "dest"], ["out"], domain="deploytk", tokens_out=t, normalize=int(normalize), **PLUGIN_ATTRIBUTES
     )
     graph = helper.make_graph(
         [node],
         "token_aggregate",
         [
-            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", n, c]),
+            helper.make_tensor_value_info("x", x_type, ["batch", n, c]),
             helper.make_tensor_value_info("weight", TensorProto.FLOAT, ["batch", n, 1]),
             helper.make_tensor_value_info("dest", TensorProto.INT64, ["batch", n]),
         ],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", t, c])],
+        [helper.make_tensor_value_info("out", x_type, ["batch", t, c])],
     )
     model = helper.make_model(graph, functions=[proto], opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("deploytk", 1)])
     model.ir_version = 10

@@ -5,37 +5,15 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto
 
 
 def aggregate_model(n: int, c: int, tokens_out: int, normalize: bool, x_type: int = TensorProto.FLOAT) -> onnx.ModelProto:
     """One TokenAggregate node calling its local function, as the exporter writes it: static N and C, symbolic batch."""
-    from deploytk.ops import OPS, PLUGIN_ATTRIBUTES
+    from benchmarks.token_aggregate_body import single_node
+    from deploytk.ops import OPS
 
-    node = helper.make_node(
-        "TokenAggregate",
-        ["x", "weight", "dest"],
-        ["out"],
-        domain="deploytk",
-        tokens_out=tokens_out,
-        normalize=int(normalize),
-        **PLUGIN_ATTRIBUTES,
-    )
-    graph = helper.make_graph(
-        [node],
-        "g",
-        [
-            helper.make_tensor_value_info("x", x_type, ["batch", n, c]),
-            helper.make_tensor_value_info("weight", TensorProto.FLOAT, ["batch", n, 1]),
-            helper.make_tensor_value_info("dest", TensorProto.INT64, ["batch", n]),
-        ],
-        [helper.make_tensor_value_info("out", x_type, ["batch", tokens_out, c])],
-    )
-    fn = OPS["TokenAggregate"].onnx_function.to_function_proto()
-    model = helper.make_model(graph, functions=[fn], opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("deploytk", 1)])
-    model.ir_version = 10
-    onnx.checker.check_model(model, full_check=True)
-    return model
+    return single_node(OPS["TokenAggregate"].onnx_function, n, tokens_out, c, normalize, x_type)
 
 
 def aggregate_runner(runtime: str, model: onnx.ModelProto):
