@@ -116,6 +116,14 @@ def deploytk(*args: str) -> tuple[dict, float]:
     return json.loads(done.stdout), seconds
 
 
+def exponent(x: float) -> str:
+    """3.159e-06 -> 3.2e-6 (0 -> 0): how the results tables write a small difference."""
+    if x == 0:
+        return "0"
+    mantissa, power = f"{x:.1e}".split("e")
+    return f"{mantissa}e{int(power)}"
+
+
 def write_result(out: FileOutput, payload: dict) -> Path:
     """JSON with the command and a timestamp; prints the path."""
     payload = {

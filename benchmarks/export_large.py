@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import cpu_result_output, write_result  # noqa: E402
+from benchmarks.common import cpu_result_output, exponent, write_result  # noqa: E402
 from deploytk.machine import host  # noqa: E402
 
 #: the CPU runtimes each export is validated on (`deploytk validate --backend`)
@@ -97,12 +97,6 @@ def measure(model: str, r: int, folder: Path, depth: int | None = None) -> dict:
     }
     print(json.dumps(row), flush=True)
     return row
-
-
-def exponent(x: float) -> str:
-    """3.159e-06 -> 3.2e-6: the table's short form of a small difference."""
-    mantissa, power = f"{x:.1e}".split("e")
-    return f"{mantissa}e{int(power)}"
 
 
 def markdown(result: dict) -> str:

@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import cpu_result_output, write_result  # noqa: E402
+from benchmarks.common import cpu_result_output, exponent, write_result  # noqa: E402
 from deploytk.machine import host  # noqa: E402
 
 #: key -> (config stem, overrides, images, the table's label). Images: "digits" (validation digits) or "synthetic"
@@ -119,12 +119,6 @@ def measure(key: str, folder: Path, digits: Path | None, num_images: int) -> dic
     }
     print(json.dumps({k: v for k, v in row.items() if k != "checks"}), flush=True)
     return row
-
-
-def exponent(x: float) -> str:
-    """6.62e-04 -> 6.6e-4: the table's short form of a small difference."""
-    mantissa, power = f"{x:.1e}".split("e")
-    return f"{mantissa}e{int(power)}"
 
 
 def schedule(row: dict) -> str:
