@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # the seeded weights and images the official outputs were recorded with
 
-from benchmarks.common import cpu_result_output, write_result  # noqa: E402
+from benchmarks.common import cpu_result_output, exponent, write_result  # noqa: E402
 from deploytk.machine import host  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
@@ -46,6 +46,16 @@ SOURCES = {
 CLIP_TOWER = dict(image_size=336, patch_size=14, hidden_size=64, num_attention_heads=2, num_hidden_layers=4, intermediate_size=128)
 VISIONZIP_BUDGETS = {64: (54, 10), 128: (108, 20), 192: (162, 30)}  # tokens -> (dominant, contextual)
 MCTF_FAST_R = [0, 0, 0, 68, 0, 0, 44, 0, 0, 29, 0, 0]
+#: the study's non-learned rows: (method, key suffix, label note, proportional attention as in its code)
+STUDY = [("kmedoids", "", "", False), ("dpcknn", "_noiseless", ", noise 0", False), ("ats", "_exact", ", exact cdist", True)]
+#: the study's learned rows: (method, options, label note); DPC-KNN with a learned token score (equal_weight: false)
+STUDY_LEARNED = [
+    ("dynamicvit", {}, ""),
+    ("patchmerger", {}, ""),
+    ("sit", {}, ""),
+    ("sinkhorn", {}, ""),
+    ("dpcknn", {"equal_weight": False}, ", learned scores"),
+]
 
 
 @dataclass(frozen=True)
@@ -110,14 +120,13 @@ def all_rows() -> dict[str, Row]:
     for name, keep in (("deit_small", 0.7), ("deit_tiny", 0.5)):
         short = "DeiT-S" if name == "deit_small" else "DeiT-T"
         # DPC-KNN with its 1e-6 density noise set to 0, ATS with exact step-to-CDF distances: see docs/guides/methods.md
-        for method, suffix, note in (("kmedoids", "", ""), ("dpcknn", "_noiseless", ", noise 0"), ("ats", "_exact", ", exact cdist")):
-            config = deit(name, method, prop_attn=method == "ats", keep_rate=keep)
+        for method, suffix, note, prop_attn in STUDY:
+            config = deit(name, method, prop_attn=prop_attn, keep_rate=keep)
             key = f"{method}_{name}_k{keep}_logits{suffix}"
             rows.append(Row(method, "study", f"{short}, keep {keep}{note}", "study_official.npz", key, config))
-        for method in ("dynamicvit", "patchmerger", "sit", "sinkhorn", "dpcknn"):
-            options = {"keep_rate": keep} | ({"equal_weight": False} if method == "dpcknn" else {})
-            config = deit(name, method, prop_attn=False, **options)
-            label = f"{short}, keep {keep}, official checkpoint layout" + (", learned scores" if method == "dpcknn" else "")
+        for method, options, note in STUDY_LEARNED:
+            config = deit(name, method, prop_attn=False, keep_rate=keep, **options)
+            label = f"{short}, keep {keep}, official checkpoint layout{note}"
             key = f"{method}_{name}_k{keep}_logits"
             rows.append(Row(method, "study", label, "learned_official.npz", key, config, weights="official_learned"))
     for k, (dominant, contextual) in VISIONZIP_BUDGETS.items():
@@ -131,9 +140,11 @@ def all_rows() -> dict[str, Row]:
 
 
 def row_id(row: Row) -> str:
-    """A short unique name for --rows: method, then the recorded key without its method and `_logits`."""
+    """A short unique name for --rows: method, then the recorded key without its method and `_logits` (and `_learned`
+    for a row of the learned file, whose keys can be the same as the study file's)."""
     key = row.key.removeprefix(f"{row.method}_").replace("_logits", "")
-    return f"{row.method}_{key}" + ("_learned" if row.npz == "learned_official.npz" and row.method == "dpcknn" else "")
+    learned = row.weights == "official_learned" and row.config["merge"]["options"].get("equal_weight") is False
+    return f"{row.method}_{key}" + ("_learned" if learned else "")
 
 
 ROWS = all_rows()
@@ -216,14 +227,6 @@ def measure(rid: str, folder: Path) -> dict:
     }
     print(json.dumps(result), flush=True)
     return result
-
-
-def exponent(x: float) -> str:
-    """2.69e-06 -> 2.7e-6; 0 -> 0."""
-    if x == 0:
-        return "0"
-    mantissa, power = f"{x:.1e}".split("e")
-    return f"{mantissa}e{int(power)}"
 
 
 def markdown(result: dict) -> str:

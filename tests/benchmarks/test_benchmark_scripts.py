@@ -354,3 +354,45 @@ def test_token_aggregate_body_smoke(tmp_path):
         assert all(d <= 1e-5 for d in row["max_diff_over_max_value"].values())
         assert row["speedup"] == pytest.approx(row["median_ms"]["previous"] / row["median_ms"]["current"], rel=1e-6)
     assert "| runtime | B | N | T | C | previous ms | extras MatMul ms | current ms | speedup |" in stdout
+
+
+@pytest.mark.slow  # one DeiT-T export and its reference: ~25 s on the 2-core machine
+def test_vs_official_smoke(tmp_path):
+    """The smoke row's reference and ONNX Runtime outputs are the official ToMe patch's recorded logits, and the printed
+    table is --markdown's."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.vs_official import markdown
+
+    report, stdout = run_script("vs_official.py", tmp_path / "v.json", False)
+    (row,) = report["rows"]
+    assert report["smoke"] and set(report["environment"]) >= {"cpu", "isa", "versions"}
+    assert (row["row"], row["recorded"], row["images"]) == ("tome_deit_tiny_r13", "tests/data/tome_official_logits.npz:deit_tiny_r13", 2)
+    assert row["official_scale"] > 1 and row["reference_max_abs_diff"] <= 1e-4 and row["onnx_ort_max_abs_diff"] <= 1e-3
+    assert row["custom_ops"] == ["ProportionalAttention", "ToMeMatch", "TokenAggregate"]
+    assert markdown(report) in stdout and "| `tome` | facebookresearch/ToMe (timm patch) | DeiT-T, r=13 | 2 |" in stdout
+
+
+def test_vs_official_refuses_an_unknown_row_before_writing(tmp_path):
+    out = tmp_path / "v.json"
+    result = benchmark("vs_official.py", "--rows", "tome_deit_tiny_r13,tome_deit_huge", "--output", str(out))
+    assert result.returncode == 2 and "unknown row(s) tome_deit_huge; choose from tome_deit_tiny_r13," in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_vs_official_rows_name_recorded_outputs_and_shipped_methods():
+    """Every row reads a key its file holds, for a method deploytk has, with a config deploytk accepts (no run)."""
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.vs_official import DATA, ROWS
+    from deploytk.reducers import METHODS
+
+    for rid, row in ROWS.items():
+        assert row.key in np.load(DATA / row.npz).files, rid
+        assert row.method in METHODS and row.config["merge"]["method"] == row.method, rid
+    assert {row.method for row in ROWS.values()} == {"tome", "mctf", "pitome", "kmedoids", "dpcknn", "ats", "dynamicvit"} | {
+        "patchmerger",
+        "sit",
+        "sinkhorn",
+        "visionzip",
+    }
