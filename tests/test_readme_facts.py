@@ -257,6 +257,22 @@ def test_the_summary_table_figures_are_the_result_files():
     visionzip = max(r["max_abs_diff"] for (name, _), r in runs.items() if name == "llava15_clip_l336_visionzip_128_tokens.yaml")
     assert f"VisionZip 128 tokens max diff {short_e(visionzip)}" in text
 
+    official = {r["row"]: r for r in result("vs_official_amd_epyc.json")["rows"]}
+    mctf = [official[f"mctf_{key}"] for key in ("deit_small_r16", "deit_tiny_r8", "deit_small_fast")]
+    assert (
+        mctf[0]["images"] == 4
+        and (
+            f"max \\|logit diff\\| {short_e(mctf[0]['reference_max_abs_diff'])} (DeiT-S r=16, 4 images), "
+            f"{short_e(mctf[1]['reference_max_abs_diff'])} (DeiT-T r=8), {short_e(mctf[2]['reference_max_abs_diff'])} (DeiT-S MCTF-Fast) "
+            f"for the PyTorch reference, {' / '.join(short_e(r['onnx_ort_max_abs_diff']) for r in mctf)} for the exported graph"
+        )
+        in text
+    )
+    demo = (RESULTS / "make_demo_then_test_clean_clone.txt").read_text()
+    commit = re.search(r"on a clean clone of (\w+)", demo).group(1)
+    seconds = re.search(r"exported deit_small_patch16_224 \(tome, r=16\) -> \S+ in ([\d.]+) s", demo).group(1)
+    assert f"{seconds} s for the torch.onnx step of the default config" in text and f"in a clean clone at {commit}" in text
+
     rows = {
         (r["runtime"], r["batch"]): r
         for r in result("cpu_runtimes_amd_epyc.json")["rows"]
@@ -413,6 +429,13 @@ def test_the_readme_headline_figures_are_the_result_files():
     ov = [c["openvino"]["passed"] for c in configs if c["openvino"]["passed"] is not None]  # None: refused (bf16)
     assert headline("every ready-made config").startswith(f"{ort} of {len(configs)} on ONNX Runtime, {sum(ov)} of {len(ov)} on OpenVINO")
 
+    official = result("vs_official_amd_epyc.json")["rows"]
+    assert f"({len(official)} comparisons, {len({r['method'] for r in official})} methods)" in README
+    assert (
+        headline("every method's exported graph vs")
+        == f"largest output difference {short_e(max(r['onnx_ort_max_abs_diff'] for r in official))}"
+    )
+
     startup = {r["command"]: r for r in result("cli_startup_amd_epyc.json")["rows"]}
     assert headline("`deploytk --help` on the CLI").startswith(f"{startup['deploytk --help']['median_s']:.3f} s ")
     assert headline("`import deploytk`, median").startswith(f"{startup['import deploytk']['median_s']:.3f} s ")
@@ -478,6 +501,7 @@ PRINTED = {
     "export_large": ("export_large_*.json",),
     "precision": ("precision_*.json",),
     "token_aggregate_body": ("token_aggregate_body_*.json",),
+    "vs_official": ("vs_official_*.json",),
 }
 #: the tables no script prints, by page and header row: what holds each, or why nothing needs to
 NOT_PRINTED = {
@@ -493,7 +517,7 @@ NOT_PRINTED = {
     "docs/guides/video-audio.md: | family | classes | input (ONNX) | prefix tokens |": "not measured: the families",
     "docs/results/index.md: | what | command | result |": (
         "the Summary, typed by hand from several sources: test_the_summary_table_figures_are_the_result_files and (slow) "
-        "test_the_summary_gflops_are_what_inspect_counts; its export time and MCTF-vs-official differences have no result file"
+        "test_the_summary_gflops_are_what_inspect_counts"
     ),
     "docs/results/index.md: | candidate | GFLOPs | p50 ms (runs) | meets 260 ms |": (
         "test_the_tune_table_and_its_figures_are_the_committed_tune_report"
@@ -536,3 +560,27 @@ def test_every_table_has_a_header_and_every_measured_table_is_held():
                         unheld.append(f"{name}:{line}")
     assert not unheld, f"tables no script prints and NOT_PRINTED does not name: {unheld}"
     assert seen == set(NOT_PRINTED), f"NOT_PRINTED names tables that are gone or now printed: {set(NOT_PRINTED) - seen}"
+
+
+def test_the_official_code_page_covers_every_row_and_quotes_the_committed_run():
+    """docs/results/official-code.md: the committed run holds every row the script has (no smoke), each within the unit
+    tests' tolerances, and the prose's figures are its maxima, date and commit."""
+    from benchmarks.vs_official import ROWS
+
+    data = result("vs_official_amd_epyc.json")
+    rows = data["rows"]
+    assert not data["smoke"] and [r["row"] for r in rows] == list(ROWS) and data["command"] == "python benchmarks/vs_official.py"
+    assert all(r["reference_max_abs_diff"] <= 1e-4 and r["onnx_ort_max_abs_diff"] <= 1e-3 for r in rows)
+    text = " ".join(page("docs/results/official-code.md").split())
+    reference, onnx = (max(r[k] for r in rows) for k in ("reference_max_abs_diff", "onnx_ort_max_abs_diff"))
+    assert f"at most {short_e(reference)} for the reference and {short_e(onnx)} for the exported graph" in text
+    scales = [r["official_scale"] for r in rows]
+    assert f"largest magnitude is {min(scales):.2f} to {max(scales):.2f}" in text
+    assert f"on {data['created'][:10]} at " in text and f"({data['seconds']:.0f} s, its `seconds`" in text
+    assert f"ONNX Runtime {data['environment']['versions']['onnxruntime']}, torch {data['environment']['versions']['torch']}" in text
+    visionzip = [r for r in rows if r["method"] == "visionzip"]
+    methods = " ".join(page("docs/guides/methods.md").split())
+    assert (
+        f"to {short_e(max(r['reference_max_abs_diff'] for r in visionzip))} and the exported graph on ONNX Runtime to "
+        f"{short_e(max(r['onnx_ort_max_abs_diff'] for r in visionzip))}"
+    ) in methods
