@@ -43,9 +43,9 @@ from deploytk.reducers import METHODS  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "export_configs"
 #: which ready-made config of a method is measured: the first of these schedules that export_configs/ has for the model
-#: (r=16 for the r methods, keep 0.7 for the keep-rate ones, ATM calibrated: its presets merge nothing on random weights);
-#: a model without one gets the DeiT-S config with `model` overridden
-SCHEDULES = ("r16", "k70", "calibrated")
+#: (r=16 for the r methods, keep 0.7 for the keep-rate ones, ATM calibrated: its presets merge nothing on random weights,
+#: PiToMe at its official keep rate 0.9); a model without one gets the DeiT-S config with `model` overridden
+SCHEDULES = ("r16", "k70", "calibrated", "k90")
 SMOKE_CONFIG = "digits_vit_tome_r4"
 #: the efficiency targets (speedup / FLOPs ratio) of the CPU performance issue: every method at batch 8, DeiT-S ToMe r=16 at 8 and 1
 TARGETS = {("deit_small_patch16_224", "tome"): {8: 0.95, 1: 0.90}}
@@ -65,10 +65,19 @@ def config_for(model: str, method: str) -> Path | None:
     return None
 
 
+def default_methods() -> list[str]:
+    return [m for m in METHODS if config_for("deit_small_patch16_224", m) is not None]
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="deit_small_patch16_224,deit_base_patch16_224")
-    p.add_argument("--methods", default=",".join(METHODS), help="Comma-separated merge.method names (default: every registered one).")
+    p.add_argument(
+        "--methods",
+        default=",".join(default_methods()),
+        help="Comma-separated merge.method names (default: every one with a ready-made DeiT-S config, so not VisionZip, "
+        "whose configs are LLaVA towers).",
+    )
     p.add_argument("--runtimes", default="ort,openvino", help="Comma-separated deploytk backends (CPU ones).")
     p.add_argument("--batch-sizes", default="1,8")
     p.add_argument("--warmup", type=int, default=3)

@@ -396,3 +396,18 @@ def test_vs_official_rows_name_recorded_outputs_and_shipped_methods():
         "sinkhorn",
         "visionzip",
     }
+
+
+def test_cpu_runtimes_default_runs_every_method_with_a_deit_config():
+    """`python benchmarks/cpu_runtimes.py` as the docs give it: a method added without a DeiT-S config (VisionZip's are
+    LLaVA towers) is left out of the default instead of stopping the run; PiToMe runs its official keep rate."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.cpu_runtimes import jobs, parse_args
+    from deploytk.reducers import METHODS
+
+    runs = jobs(parse_args([]))
+    assert {method for _, method, _ in runs} == set(METHODS) - {"visionzip"}
+    assert {model for model, _, _ in runs} == {"deit_small_patch16_224", "deit_base_patch16_224"}
+    assert {config.name for _, method, config in runs if method == "pitome"} == {"deit_small_pitome_k90.yaml"}
+    with pytest.raises(SystemExit, match="no ready-made config of method 'visionzip'"):
+        jobs(parse_args(["--methods", "tome,visionzip"]))
