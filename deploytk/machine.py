@@ -16,7 +16,9 @@ ISA_FEATURES = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", 
 
 @functools.cache
 def host() -> dict:
-    """CPU name, architecture, logical CPUs (all, and usable by this process) and the ISA features of ISA_FEATURES present."""
+    """CPU name, architecture, logical CPUs (all, and usable by this process), the ISA features of ISA_FEATURES present,
+    and the CPU's family and model numbers: a cloud "AMD EPYC" can be a Zen 4 (family 25) or a Zen 5 (family 26), whose
+    512-bit datapaths make the same dense GEMMs about twice as fast, so a timing without them is not comparable."""
     try:
         import cpuinfo
 
@@ -30,6 +32,8 @@ def host() -> dict:
         "cpu_count": os.cpu_count(),
         "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "isa": [f for f in ISA_FEATURES if f in flags],
+        "cpu_family": info.get("family"),
+        "cpu_model": info.get("model"),
         "platform": platform.platform(),
         "python": platform.python_version(),
     }
