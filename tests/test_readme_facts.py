@@ -273,14 +273,54 @@ def test_the_summary_table_figures_are_the_result_files():
     seconds = re.search(r"exported deit_small_patch16_224 \(tome, r=16\) -> \S+ in ([\d.]+) s", demo).group(1)
     assert f"{seconds} s for the torch.onnx step of the default config" in text and f"in a clean clone at {commit}" in text
 
-    rows = {
-        (r["runtime"], r["batch"]): r
-        for r in result("cpu_runtimes_amd_epyc.json")["rows"]
-        if r["model"] == "deit_small_patch16_224" and r["method"] == "tome"
-    }
-    ort1, ort8 = rows["ort", 1], rows["ort", 8]
-    assert f"{ort8['speedup']:.2f}x at batch 8, {ort1['speedup']:.2f}x at batch 1 (FLOPs ratio {ort8['flops_ratio']:.2f}x)" in text
-    assert f"this session measured {ort8['dense_p50_ms']:.0f} / {ort1['dense_p50_ms']:.0f} ms" in text
+    zen5, zen4 = deit_s_tome("cpu_runtimes_amd_epyc_zen5.json"), deit_s_tome("cpu_runtimes_amd_epyc.json")
+    assert (
+        f"{zen5['ort', 8]['speedup']:.2f}x at batch 8, {zen5['ort', 1]['speedup']:.2f}x at batch 1 (FLOPs ratio "
+        f"{zen5['ort', 8]['flops_ratio']:.2f}x) on the Zen 5 host, with the dense model at {zen5['ort', 8]['dense_p50_ms']:.0f} / "
+        f"{zen5['ort', 1]['dense_p50_ms']:.0f} ms; repeats of the batch-8 figure there gave {min(repeats()):.2f}x-{max(repeats()):.2f}x"
+    ) in text
+    assert (
+        f"On the Zen 4 host of the earlier run {zen4['ort', 8]['speedup']:.2f}x / {zen4['ort', 1]['speedup']:.2f}x, with the dense "
+        f"model at {zen4['ort', 8]['dense_p50_ms']:.0f} / {zen4['ort', 1]['dense_p50_ms']:.0f} ms"
+    ) in text
+
+
+def deit_s_tome(name: str) -> dict:
+    """(runtime, batch) -> the DeiT-S ToMe r=16 row of a cpu_runtimes result file."""
+    rows = result(name)["rows"]
+    return {(r["runtime"], r["batch"]): r for r in rows if r["model"] == "deit_small_patch16_224" and r["method"] == "tome"}
+
+
+#: the repeated short runs on the Zen 5 host, in the order they ran: (file, code before or after issue 45's body)
+REPEATS = [
+    ("cpu_runtimes_before_issue45.json", "before"),
+    ("cpu_runtimes_after_issue45.json", "after"),
+    ("ab_old_1.json", "before"),
+    ("ab_bench_1.json", "after"),
+    ("ab_old_2.json", "before"),
+    ("ab_bench_2.json", "after"),
+]
+
+
+def repeats(code: str | None = None) -> list[float]:
+    """DeiT-S ToMe r=16's batch-8 ONNX Runtime speedup of each repeated run (of the code before or after, or all)."""
+    return [deit_s_tome(f"cpu_runtimes_zen5_repeats/{name}")["ort", 8]["speedup"] for name, which in REPEATS if code in (None, which)]
+
+
+def test_the_cpu_performance_prose_is_the_two_hosts_runs_and_the_repeats():
+    """The "Two hosts" and "How much one run can move" paragraphs of docs/results/index.md, from the result files."""
+    text = section(page("docs/results/index.md"), "## CPU performance (ONNX Runtime and OpenVINO)")
+    zen5, zen4 = deit_s_tome("cpu_runtimes_amd_epyc_zen5.json"), deit_s_tome("cpu_runtimes_amd_epyc.json")
+    full = result("cpu_runtimes_amd_epyc_zen5.json")
+    assert f"--output /tmp/bench/cpu_runtimes_amd_epyc.json`, {full['seconds']:,.0f} s," in text
+    assert f"at batch 8, in the ToMe row: {zen5['ort', 8]['dense_p50_ms']:.0f} against {zen4['ort', 8]['dense_p50_ms']:.0f} ms" in text
+    assert f"(DeiT-S ToMe r=16: {zen5['ort', 1]['efficiency']:.2f} against {zen4['ort', 1]['efficiency']:.2f} on ONNX Runtime)" in text
+    before, after = (", ".join(f"{x:.2f}x" for x in repeats(code)) for code in ("before", "after"))
+    assert f"before {before}; after {after} (the table's run: {zen5['ort', 8]['speedup']:.2f}x)" in text
+    folder = RESULTS / "cpu_runtimes_zen5_repeats"
+    assert sorted(p.name for p in folder.glob("*.json")) == sorted(name for name, _ in REPEATS)
+    readme = (folder / "README.md").read_text()
+    assert [re.search(rf"\| {i} \| `([^`]+)`", readme).group(1) for i in range(1, 7)] == [name for name, _ in REPEATS]
 
 
 @pytest.mark.slow  # 16 FLOP counts of DeiT-T/S/B (about 50 s on the 2-core machine)
@@ -402,13 +442,11 @@ def test_the_readme_headline_figures_are_the_result_files():
         f"{rows[1]['x_vs_best_fp32']:.2f}x / {rows[8]['x_vs_best_fp32']:.2f}x faster; "
         f"int8 {rows[1]['x_vs_best_int8']:.2f}x / {rows[8]['x_vs_best_int8']:.2f}x"
     )
-    rows = {
-        (r["runtime"], r["batch"]): r
-        for r in result("cpu_runtimes_amd_epyc.json")["rows"]
-        if r["model"] == "deit_small_patch16_224" and r["method"] == "tome"
-    }
+    zen5, zen4 = deit_s_tome("cpu_runtimes_amd_epyc_zen5.json"), deit_s_tome("cpu_runtimes_amd_epyc.json")
     assert headline("DeiT-S ToMe r=16 vs dense, fp32") == (
-        f"{rows['ort', 8]['speedup']:.2f}x / {rows['openvino', 8]['speedup']:.2f}x (FLOPs ratio {rows['ort', 8]['flops_ratio']:.2f}x)"
+        f"{zen5['ort', 8]['speedup']:.2f}x / {zen5['openvino', 8]['speedup']:.2f}x on a Zen 5 CPU, "
+        f"{zen4['ort', 8]['speedup']:.2f}x / {zen4['openvino', 8]['speedup']:.2f}x on a Zen 4 "
+        f"(FLOPs ratio {zen5['ort', 8]['flops_ratio']:.2f}x)"
     )
 
     llava = next(c for c in result("output_kinds_amd_epyc.json")["configs"] if c["config"] == "llava15_clip_l336_tome_144_tokens")
