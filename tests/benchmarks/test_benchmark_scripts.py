@@ -169,10 +169,12 @@ def test_precision_smoke(tmp_path):
     assert markdown(report) in stdout and "| digits ViT, ToMe r=4, bf16 (emulated) | 16 validation digits |" in stdout
 
 
-def test_precision_refuses_an_unknown_row_before_writing(tmp_path):
-    out = tmp_path / "p.json"
-    result = benchmark("precision.py", "--rows", "tome_r4_fp16,tome_r4_fp8", "--output", str(out))
-    assert result.returncode == 2 and "unknown row(s) tome_r4_fp8; choose from tome_r4_fp16," in result.stderr
+@pytest.mark.parametrize(
+    "script, known, unknown", [("precision.py", "tome_r4_fp16", "tome_r4_fp8"), ("vs_official.py", "tome_deit_tiny_r13", "tome_deit_huge")]
+)
+def test_a_rows_benchmark_refuses_an_unknown_row_before_writing(tmp_path, script, known, unknown):
+    result = benchmark(script, "--rows", f"{known},{unknown}", "--output", str(tmp_path / "x.json"))
+    assert result.returncode == 2 and f"unknown row(s) {unknown}; choose from {known}," in result.stderr
     assert list(tmp_path.iterdir()) == []
 
 
@@ -370,13 +372,6 @@ def test_vs_official_smoke(tmp_path):
     assert row["official_scale"] > 1 and row["reference_max_abs_diff"] <= 1e-4 and row["onnx_ort_max_abs_diff"] <= 1e-3
     assert row["custom_ops"] == ["ProportionalAttention", "ToMeMatch", "TokenAggregate"]
     assert markdown(report) in stdout and "| `tome` | facebookresearch/ToMe (timm patch) | DeiT-T, r=13 | 2 |" in stdout
-
-
-def test_vs_official_refuses_an_unknown_row_before_writing(tmp_path):
-    out = tmp_path / "v.json"
-    result = benchmark("vs_official.py", "--rows", "tome_deit_tiny_r13,tome_deit_huge", "--output", str(out))
-    assert result.returncode == 2 and "unknown row(s) tome_deit_huge; choose from tome_deit_tiny_r13," in result.stderr
-    assert list(tmp_path.iterdir()) == []
 
 
 def test_vs_official_rows_name_recorded_outputs_and_shipped_methods():
