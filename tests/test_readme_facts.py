@@ -616,6 +616,12 @@ def test_the_official_code_page_covers_every_row_and_quotes_the_committed_run():
     assert f"largest magnitude is {min(scales):.2f} to {max(scales):.2f}" in text
     assert f"on {data['created'][:10]} at " in text and f"({data['seconds']:.0f} s, its `seconds`" in text
     assert f"ONNX Runtime {data['environment']['versions']['onnxruntime']}, torch {data['environment']['versions']['torch']}" in text
+    newer = [r for r in rows if r["official"].startswith(("hchautran/PiToMe", "dvlab-research/VisionZip"))]
+    verified = " ".join(page("docs/results/verified-on.md").split())
+    assert (
+        f"reference within {short_e(max(r['reference_max_abs_diff'] for r in newer))}, exported graph on ONNX Runtime within "
+        f"{short_e(max(r['onnx_ort_max_abs_diff'] for r in newer))}"
+    ) in verified
     visionzip = [r for r in rows if r["method"] == "visionzip"]
     methods = " ".join(page("docs/guides/methods.md").split())
     assert (
