@@ -616,6 +616,16 @@ def test_the_official_code_page_covers_every_row_and_quotes_the_committed_run():
     assert f"largest magnitude is {min(scales):.2f} to {max(scales):.2f}" in text
     assert f"on {data['created'][:10]} at " in text and f"({data['seconds']:.0f} s, its `seconds`" in text
     assert f"ONNX Runtime {data['environment']['versions']['onnxruntime']}, torch {data['environment']['versions']['torch']}" in text
+    import numpy as np
+
+    study = np.load(ROOT / "tests" / "data" / "study_official.npz")
+    noise = {
+        k: np.abs(study[f"dpcknn_{k}_logits"] - study[f"dpcknn_{k}_logits_noiseless"]).max() for k in ("deit_small_k0.7", "deit_tiny_k0.5")
+    }
+    assert (
+        noise["deit_tiny_k0.5"] == 0
+        and f"the recorded DeiT-S logits move by {noise['deit_small_k0.7']:.2f} (the DeiT-T ones not at all)" in text
+    )
     newer = [r for r in rows if r["official"].startswith(("hchautran/PiToMe", "dvlab-research/VisionZip"))]
     verified = " ".join(page("docs/results/verified-on.md").split())
     assert (
