@@ -1,4 +1,4 @@
-"""deploytk against the official code of each method it was held to: the table of docs/results/accuracy.md.
+"""deploytk against the official code of each method it was held to: the table of docs/results/official-code.md.
 
 Every row takes outputs recorded from an official implementation on seeded random weights (tests/data/*_official*.npz;
 tests/data/README.md says how each was recorded, and from which commit) and compares them with what deploytk gives for
@@ -8,7 +8,7 @@ config's checkpoint). Each cell is the largest absolute difference over all outp
 official output, for context. The unit tests hold every row to 1e-4 (reference) and 1e-3 (ONNX); this script prints
 the figures themselves. Writes benchmarks/results/vs_official_<cpu>.json and prints the table.
 
-    python benchmarks/vs_official.py                   # every row (~6 min on 2 cores)
+    python benchmarks/vs_official.py                   # every row (~7 min on 2 cores)
     python benchmarks/vs_official.py --rows tome_deit_tiny_r13,mctf_deit_small_r16
     python benchmarks/vs_official.py --markdown benchmarks/results/vs_official_amd_epyc.json   # the table in the docs
     python benchmarks/vs_official.py --smoke --output /tmp/x.json   # one DeiT-T ToMe row: does it run
@@ -21,7 +21,7 @@ import json
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +33,8 @@ sys.path.insert(0, str(ROOT / "tests"))  # the seeded weights and images the off
 from benchmarks.common import cpu_result_output, exponent, write_result  # noqa: E402
 from deploytk.machine import host  # noqa: E402
 
+from helpers import VISIONZIP_BUDGETS, VISIONZIP_TOWER  # noqa: E402
+
 DATA = ROOT / "tests" / "data"
 DEIT = {name: f"{name}_patch16_224" for name in ("deit_tiny", "deit_small", "deit_tiny_distilled")}
 SOURCES = {
@@ -42,9 +44,6 @@ SOURCES = {
     "visionzip": "dvlab-research/VisionZip 3151f6d",
     "study": "JoakimHaurum/TokenReduction 88fe07e",
 }
-#: VisionZip's recorded tower: a seeded CLIP vision model with LLaVA-1.5's geometry (tests/merging/test_official_visionzip.py)
-CLIP_TOWER = dict(image_size=336, patch_size=14, hidden_size=64, num_attention_heads=2, num_hidden_layers=4, intermediate_size=128)
-VISIONZIP_BUDGETS = {64: (54, 10), 128: (108, 20), 192: (162, 30)}  # tokens -> (dominant, contextual)
 MCTF_FAST_R = [0, 0, 0, 68, 0, 0, 44, 0, 0, 29, 0, 0]
 #: the study's non-learned rows: (method, key suffix, label note, proportional attention as in its code)
 STUDY = [("kmedoids", "", "", False), ("dpcknn", "_noiseless", ", noise 0", False), ("ats", "_exact", ", exact cdist", True)]
@@ -70,7 +69,6 @@ class Row:
     config: dict
     images: tuple[int, int] = (2, 2)  # seeded_images(n, seed=...)
     weights: str = "seeded"  # seeded: seeded_init(seed=1) as a state dict; official_learned: the study's checkpoint layout
-    extra: dict = field(default_factory=dict)
 
 
 def deit(name: str, method: str, *, r=None, prop_attn: bool = True, **options) -> dict:
@@ -176,7 +174,7 @@ def weights(row: Row, folder: Path) -> tuple[str, np.ndarray]:
     if row.weights == "clip_tower":
         import transformers
 
-        tower = transformers.CLIPVisionModel._from_config(transformers.CLIPVisionConfig(**CLIP_TOWER), attn_implementation="eager")
+        tower = transformers.CLIPVisionModel._from_config(transformers.CLIPVisionConfig(**VISIONZIP_TOWER), attn_implementation="eager")
         seeded_init(tower, seed=3).save_pretrained(folder / "tower")
         return f"hf:{folder / 'tower'}", np.load(DATA / row.npz)["images"]
     vit = seeded_init(timm.create_model(row.config["model"]), seed=1)
@@ -202,8 +200,7 @@ def measure(rid: str, folder: Path) -> dict:
     work = folder / rid
     work.mkdir()
     checkpoint, images = weights(row, work)
-    config = dict(row.config)
-    config = config | ({"model": checkpoint} if checkpoint.startswith("hf:") else {"checkpoint": checkpoint})
+    config = row.config | ({"model": checkpoint} if checkpoint.startswith("hf:") else {"checkpoint": checkpoint})
     cfg = config_from_dict(config)
     official = np.load(DATA / row.npz)[row.key]
     with torch.no_grad():

@@ -32,13 +32,11 @@ import transformers
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+from helpers import VISIONZIP_BUDGETS as BUDGETS  # noqa: E402
+from helpers import VISIONZIP_TOWER as TOWER  # noqa: E402
 from helpers import seeded_images, seeded_init  # noqa: E402
 
 OUT = ROOT / "tests" / "data" / "visionzip_official.npz"
-#: the tower: LLaVA-1.5's geometry, a small width and depth
-TOWER = dict(image_size=336, patch_size=14, hidden_size=64, num_attention_heads=2, num_hidden_layers=4, intermediate_size=128)
-#: output tokens -> (dominant incl. the class token, contextual), as the official README and configs set them for LLaVA-1.5
-BUDGETS = {64: (54, 10), 128: (108, 20), 192: (162, 30)}
 
 
 def official_tower_class(repo: Path):

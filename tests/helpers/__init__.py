@@ -7,9 +7,18 @@ from helpers.configs import CONFIGS, DIGITS_INPUT, ROOT, digits_config, export_c
 from helpers.exports import ExportCache
 from helpers.files import snapshot
 from helpers.plugins import assert_every_deploytk_node_builds_as_a_plugin
-from helpers.weights import official_learned_layout, seeded_images, seeded_init, seeded_learned_state
+from helpers.weights import (
+    VISIONZIP_BUDGETS,
+    VISIONZIP_TOWER,
+    official_learned_layout,
+    seeded_images,
+    seeded_init,
+    seeded_learned_state,
+)
 
 __all__ = [
+    "VISIONZIP_BUDGETS",
+    "VISIONZIP_TOWER",
     "CONFIGS",
     "DIGITS_INPUT",
     "ROOT",

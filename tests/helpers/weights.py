@@ -68,3 +68,10 @@ def seeded_learned_state(layout: dict[str, tuple[int, ...]], seed: int = 3) -> d
 
 def seeded_images(n: int, img: int = 224, seed: int = 0) -> torch.Tensor:
     return torch.from_numpy(np.random.default_rng(seed).standard_normal((n, 3, img, img)).astype(np.float32))
+
+
+#: the seeded CLIP tower VisionZip's official outputs were recorded on (scripts/record_visionzip_official.py):
+#: LLaVA-1.5's geometry (336 px, patch 14: 576 patches), small width and depth
+VISIONZIP_TOWER = dict(image_size=336, patch_size=14, hidden_size=64, num_attention_heads=2, num_hidden_layers=4, intermediate_size=128)
+#: output tokens -> (dominant incl. the class token, contextual), as VisionZip's README and configs set them for LLaVA-1.5
+VISIONZIP_BUDGETS = {64: (54, 10), 128: (108, 20), 192: (162, 30)}

@@ -18,11 +18,11 @@ from deploytk.merging.merged_vit import build_merged
 from deploytk.merging.outputs import OutputSpec
 from deploytk.reducers import get_method
 
+from helpers import VISIONZIP_BUDGETS as BUDGETS
+from helpers import VISIONZIP_TOWER as TOWER
 from helpers import seeded_init
 
 RECORDED = np.load(Path(__file__).parent.parent / "data" / "visionzip_official.npz")
-TOWER = dict(image_size=336, patch_size=14, hidden_size=64, num_attention_heads=2, num_hidden_layers=4, intermediate_size=128)
-BUDGETS = {64: (54, 10), 128: (108, 20), 192: (162, 30)}  # tokens -> (dominant, the class token included; contextual)
 LLAVA_TOKENS = OutputSpec("tokens", feature_layer=-2, keep_prefix_tokens=True)
 ops = torch.ops.deploytk
 
