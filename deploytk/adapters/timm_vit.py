@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import inspect
+import json
 from copy import deepcopy
 from pathlib import Path
 
@@ -21,6 +22,11 @@ from timm.layers import Attention, AttentionPoolLatent
 from timm.models import clean_state_dict
 from timm.models.vision_transformer import Block, ResPostBlock, VisionTransformer, checkpoint_filter_fn
 from torch import nn
+
+try:  # timm's own record of what timm.create_model was given, for rebuilding the model (timm 1.0.2x on)
+    from timm.models import get_model_args
+except ImportError:  # an earlier timm 1.0: the arguments are read from the modules
+    get_model_args = None
 
 from deploytk.adapters.attention import attend, attention_probs
 from deploytk.adapters.base import POOLS, BlockParts, ModelFamily, pool_tokens, register_family
@@ -301,14 +307,24 @@ class TimmViT(ModelFamily):
         return self.model
 
     def save_source(self, folder):
-        """The weights as model.safetensors and timm's recipe: the architecture its ``pretrained_cfg`` names, with the
-        head's classes and the pooling taken from the object (the image size travels as ``export.img_size``)."""
+        """The weights as model.safetensors and timm's recipe: the architecture its ``pretrained_cfg`` names and the
+        constructor arguments that rebuild the object (``constructor_arguments``; the image size travels as
+        ``export.img_size``)."""
         reason = timm_rebuild_problem(self.model)
         if reason:
             return reason
-        save_state(self.model, folder)
         vit = self.model
-        return {"model": vit.pretrained_cfg["architecture"], "model_kwargs": constructor_arguments(vit), "checkpoint": STATE_FILE}
+        kwargs = constructor_arguments(vit)
+        for key, value in kwargs.items():
+            try:
+                json.dumps(value)
+            except (TypeError, ValueError):
+                return (
+                    f"its constructor argument {key}={value!r} is not a plain value, so deploytk cannot store it for another "
+                    "process (timm also takes a layer by name, such as act_layer='gelu' or norm_layer='layernorm')"
+                )
+        save_state(vit, folder)
+        return {"model": vit.pretrained_cfg["architecture"], "model_kwargs": kwargs, "checkpoint": STATE_FILE}
 
 
 #: the weights of a stored model object (``save_source``)
@@ -328,9 +344,26 @@ def timm_rebuild_problem(model: nn.Module) -> str | None:
 
 
 def constructor_arguments(vit: VisionTransformer) -> dict:
-    """The ``VisionTransformer`` arguments that shape ``vit``'s weights and forward, read from the object (timm keeps no
-    record of them); the rebuild is checked against the object, so one missed here is refused, not exported wrong."""
+    """The arguments that rebuild ``vit`` as ``timm.create_model(architecture, **arguments)``, without ``img_size`` (it
+    travels as ``export.img_size``). Where timm recorded them (``timm.create_model`` keeps what it was given, and
+    ``reset_classifier`` what it changed: ``timm.models.get_model_args``, with the head's current classes and pooling),
+    timm's record; else they are read from the modules (``_arguments_of_modules``). The rebuild is checked against the
+    object, so one missed is reported at export, never exported wrong."""
+    if get_model_args is not None and hasattr(vit, "_model_args"):
+        found = dict(get_model_args(vit))
+    else:
+        found = _arguments_of_modules(vit)
+    found.pop("img_size", None)
+    return found
+
+
+def _arguments_of_modules(vit: VisionTransformer) -> dict:
+    """The ``VisionTransformer`` arguments that shape ``vit``'s weights and forward, read from its modules (a model timm
+    kept no record of: one made by calling the architecture's function, or by an earlier timm). timm builds ``norm`` after
+    the blocks only when ``final_norm`` and not ``fc_norm``, and ``fc_norm`` after the pool only when both: an average-pooled
+    model has ``final_norm=True, fc_norm=True``."""
     blk = vit.blocks[0]
+    norm, fc_norm = not isinstance(vit.norm, nn.Identity), not isinstance(vit.fc_norm, nn.Identity)
     found = {
         "num_classes": int(vit.num_classes),
         "global_pool": vit.global_pool,
@@ -342,12 +375,17 @@ def constructor_arguments(vit: VisionTransformer) -> dict:
         "mlp_ratio": blk.mlp.fc1.out_features / vit.embed_dim,
         "qkv_bias": blk.attn.qkv.bias is not None,
         "qk_norm": not isinstance(blk.attn.q_norm, nn.Identity),
+        "proj_bias": blk.attn.proj.bias is not None,
+        "scale_attn_norm": not isinstance(blk.attn.norm, nn.Identity),
+        "scale_mlp_norm": not isinstance(getattr(blk.mlp, "norm", nn.Identity()), nn.Identity),
         "class_token": getattr(vit, "cls_token", None) is not None,
         "reg_tokens": int(getattr(vit, "num_reg_tokens", 0)),
         "no_embed_class": bool(vit.no_embed_class),
+        "pos_embed": "learn" if getattr(vit, "pos_embed", None) is not None else "none",
+        "pool_include_prefix": bool(getattr(vit, "pool_include_prefix", False)),
         "pre_norm": not isinstance(vit.norm_pre, nn.Identity),
-        "final_norm": not isinstance(vit.norm, nn.Identity),
-        "fc_norm": not isinstance(vit.fc_norm, nn.Identity),
+        "final_norm": norm or fc_norm,
+        "fc_norm": fc_norm,
     }
     if not isinstance(blk.ls1, nn.Identity):
         found["init_values"] = 1e-5  # LayerScale exists; its values come with the weights

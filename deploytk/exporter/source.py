@@ -10,6 +10,8 @@ rebuildable when it is. The files travel in the artifact's ``source/`` folder, h
 from __future__ import annotations
 
 import copy
+import json
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -109,12 +111,21 @@ def take(model: nn.Module, store: bool = True) -> HeldObject:
 
 
 def _rebuild_problem(family: ModelFamily, recipe: dict, folder: Path, img_size: tuple[int, int]) -> str | None:
-    """Why the stored files do not rebuild the object (None: they do, to within ``REBUILD_ATOL`` on a seeded image)."""
-    cfg = rebuild_config(DeployConfig(model="memory:", export={"img_size": list(img_size)}), recipe, folder)
+    """Why the stored files do not rebuild the object (None: they do, to within ``REBUILD_ATOL`` on a seeded image). The
+    recipe is read back as the manifest stores it (JSON: a tuple comes back a list), as another process would read it.
+    The reason never names ``folder``: it is a temporary folder, gone when the reason is read."""
+    try:
+        stored = json.loads(json.dumps(recipe))
+    except (TypeError, ValueError) as err:
+        return f"its recipe holds a value that cannot be stored in the manifest ({err})"
+    cfg = rebuild_config(DeployConfig(model="memory:", export={"img_size": list(img_size)}), stored, folder)
     try:
         rebuilt = adapt(create_vit(cfg))
     except DeploytkError as err:
-        return f"rebuilding it from its stored weights and architecture failed: {err.message}"
+        return f"rebuilding it from its stored weights and architecture failed: {_without_folder(err.message, folder)}".rstrip(".")
+    except Exception as err:  # the family's library refusing the stored arguments: reported, not raised (the export is sound)
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        return f"rebuilding it from its stored weights and architecture failed ({type(err).__name__}: {_without_folder(first, folder)})"
     x = torch.from_numpy(family.input_kind.synthetic(1, np.random.default_rng(0)))
     with torch.no_grad():
         want, got = family.plain()(x), rebuilt.plain()(x)
@@ -124,3 +135,9 @@ def _rebuild_problem(family: ModelFamily, recipe: dict, folder: Path, img_size: 
     if not diff <= REBUILD_ATOL:
         return f"the model rebuilt from its stored weights and architecture differs from the object (max |diff| {diff:.3g})"
     return None
+
+
+def _without_folder(message: str, folder: Path) -> str:
+    """``message`` with the temporary ``folder``'s path left out: ``checkpoint /tmp/deploytk-source-x/source/model.safetensors``
+    becomes ``checkpoint model.safetensors``."""
+    return message.replace(f"{folder}{os.sep}", "").replace(str(folder.parent), "the stored files").replace(str(folder), "the stored files")

@@ -1,5 +1,7 @@
 """Every supported timm ViT feature: r = 0 equals timm; r > 0 exported ONNX equals the reference."""
 
+import json
+
 import numpy as np
 import pytest
 import timm
@@ -96,3 +98,90 @@ def test_the_attention_pool_weighs_a_merged_token_as_the_tokens_it_stands_for():
         plain = family.head(torch.cat([a, b], 1), torch.ones(1, 2, 1))
     torch.testing.assert_close(merged, duplicated, rtol=1e-5, atol=1e-5)
     assert (merged - plain).abs().max() > 1e-3  # the size mattered
+
+
+#: the constructor options users set on a timm ViT object (issue 53), each on a tiny model: what the model object's stored
+#: recipe (``save_source``) must rebuild in another process. Seeded weights, so that an option that only changes the
+#: forward a little (an activation, a norm placement) shows in the comparison.
+TINY = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2, num_classes=5)
+CONSTRUCTOR_OPTIONS = {
+    "token": ("vit_tiny_patch16_224", {}),
+    "avg": ("vit_tiny_patch16_224", dict(global_pool="avg")),
+    "avgmax": ("vit_tiny_patch16_224", dict(global_pool="avgmax")),
+    "max": ("vit_tiny_patch16_224", dict(global_pool="max")),
+    "map": ("vit_tiny_patch16_224", dict(global_pool="map")),
+    "no_pool": ("vit_tiny_patch16_224", dict(global_pool="")),
+    "avg_fc_norm_false": ("vit_tiny_patch16_224", dict(global_pool="avg", fc_norm=False)),
+    "token_fc_norm_true": ("vit_tiny_patch16_224", dict(fc_norm=True)),
+    "no_class_token_avg": ("vit_tiny_patch16_224", dict(class_token=False, global_pool="avg")),
+    "no_class_token_map": ("vit_tiny_patch16_224", dict(class_token=False, global_pool="map")),
+    "registers_no_class_token_avg": ("vit_tiny_patch16_224", dict(reg_tokens=4, class_token=False, global_pool="avg")),
+    "registers": ("vit_tiny_patch16_224", dict(reg_tokens=4)),
+    "no_embed_class": ("vit_tiny_patch16_224", dict(no_embed_class=True)),
+    "pre_norm": ("vit_tiny_patch16_224", dict(pre_norm=True)),
+    "final_norm_false": ("vit_tiny_patch16_224", dict(final_norm=False)),
+    "final_norm_false_avg": ("vit_tiny_patch16_224", dict(final_norm=False, global_pool="avg")),
+    "qk_norm": ("vit_tiny_patch16_224", dict(qk_norm=True)),
+    "layer_scale": ("vit_tiny_patch16_224", dict(init_values=1e-5)),
+    "no_qkv_bias": ("vit_tiny_patch16_224", dict(qkv_bias=False)),
+    "no_proj_bias": ("vit_tiny_patch16_224", dict(proj_bias=False)),
+    "no_pos_embed": ("vit_tiny_patch16_224", dict(pos_embed="none")),
+    "avg_with_prefix": ("vit_tiny_patch16_224", dict(global_pool="avg", pool_include_prefix=True)),
+    "scaled_norms": ("vit_tiny_patch16_224", dict(scale_attn_norm=True, scale_mlp_norm=True)),
+    "gelu_tanh": ("vit_tiny_patch16_224", dict(act_layer="gelu_tanh")),
+    "non_square": ("vit_tiny_patch16_224", dict(img_size=(32, 48))),
+    "headless": ("vit_tiny_patch16_224", dict(num_classes=0)),
+    "distilled_deit": ("deit_tiny_distilled_patch16_224", {}),
+    "registers_gap": ("vit_base_patch16_reg4_gap_256", {}),
+    "siglip_map_head": ("vit_base_patch16_siglip_224", {}),
+    "deit3_layerscale": ("deit3_small_patch16_224", {}),
+}
+
+
+def rebuilt_from_recipe(held):
+    """The model the stored recipe rebuilds, as another process reads it: through JSON (the manifest), from the folder."""
+    from deploytk.config import DeployConfig
+    from deploytk.exporter.artifacts import rebuild_config
+    from deploytk.models import create_vit
+
+    recipe = json.loads(json.dumps(held.recipe))
+    return create_vit(rebuild_config(DeployConfig(model="memory:", export={"img_size": list(held.img_size)}), recipe, held.folder))
+
+
+@pytest.mark.parametrize("variant", sorted(CONSTRUCTOR_OPTIONS))
+def test_a_model_object_s_stored_recipe_rebuilds_it(variant):
+    from deploytk.exporter.source import take
+
+    name, options = CONSTRUCTOR_OPTIONS[variant]
+    vit = build(name, TINY | options)
+    held = take(vit)
+    try:
+        assert held.cannot_rebuild is None, held.cannot_rebuild
+        rebuilt = rebuilt_from_recipe(held)
+        assert type(rebuilt) is type(vit) and sorted(rebuilt.state_dict()) == sorted(vit.state_dict())
+        x = images(vit, 2)
+        with torch.no_grad():
+            torch.testing.assert_close(rebuilt(x), vit(x), rtol=0, atol=1e-6)
+    finally:
+        held.close()
+
+
+def test_a_model_built_without_create_model_is_read_back_from_its_modules():
+    """timm records the constructor arguments in ``timm.create_model``; a model made by calling the architecture's function
+    has no record, and its arguments are read from its modules: avg pooling means fc_norm, not no final norm."""
+    from timm.models.vision_transformer import vit_tiny_patch16_224
+
+    from deploytk.exporter.source import take
+
+    vit = seeded_init(vit_tiny_patch16_224(**TINY, global_pool="avg", reg_tokens=2, pos_embed="none"), seed=3)
+    assert not hasattr(vit, "_model_args")
+    held = take(vit)
+    try:
+        assert held.cannot_rebuild is None, held.cannot_rebuild
+        kwargs = held.recipe["model_kwargs"]
+        assert (kwargs["final_norm"], kwargs["fc_norm"], kwargs["reg_tokens"], kwargs["pos_embed"]) == (True, True, 2, "none")
+        x = images(vit, 2)
+        with torch.no_grad():
+            torch.testing.assert_close(rebuilt_from_recipe(held)(x), vit(x), rtol=0, atol=1e-6)
+    finally:
+        held.close()
