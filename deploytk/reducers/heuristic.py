@@ -6,7 +6,8 @@ int(num_patches * keep_rate^(s + 1)) (ties: the smaller radius), as the study's 
 (``models/heuristic.py``, keep-rate mode) chooses it. The pattern depends on the position only,
 not on the image. The official code masks the other tokens out of attention from that block on;
 no kept token and no class token then reads them, which equals removing them before the
-block's attention, as done here with ``TopKSelect`` on a constant score (minus the distance).
+block's attention, as done here with ``TopKSelect`` on a constant score (minus the distance). A video's patches
+are one grid per tubelet group: each group keeps the same centre patches.
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ class Heuristic(Reduction):
                 f"method heuristic needs a square patch grid (its radial pattern is the study's); this model has {rows}x{cols}."
             )
         self.layers = check_layers(options.layers, self.depth, self.name)
-        distance = radial_distance(rows, options.pattern)
+        # a clip's patches are one grid per tubelet group (time first): the same pattern in each of them
+        distance = radial_distance(rows, options.pattern).repeat(family.time_groups)
         radii = dict(zip(self.layers, stage_radii(distance, float(options.keep_rate), len(self.layers)), strict=True))
         patches = torch.arange(distance.numel())  # the original patch index of every remaining patch token
         self.keep: list[int | None] = []

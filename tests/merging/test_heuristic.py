@@ -89,3 +89,29 @@ def test_bad_options_and_models_are_refused():
         heuristic(tiny_vit(img_size=(32, 48)))
     with pytest.raises(DeploytkError, match=r"block indices must be in \[0, 3\]"):
         heuristic(tiny_vit(depth=4))
+
+
+def test_a_clip_keeps_the_same_centre_patches_in_every_tubelet_group():
+    """A video's patches are one grid per tubelet group (time first): the pattern applies to each grid, so every group
+    keeps the patches the same pattern keeps on one image. (ViViT's 2 groups of 4x4 patches once failed inside the
+    reference: the pattern covered one grid only.)"""
+    import transformers
+
+    config = transformers.VivitConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        image_size=32,
+        num_frames=4,
+        tubelet_size=[2, 8, 8],
+    )
+    vivit = seeded_init(transformers.VivitModel(config), seed=2)
+    method = get_method("heuristic")
+    model = build_merged(method, vivit, 0, False, method.parse_options({"layers": [1], "keep_rate": 0.5, "pattern": "l2"})).eval()
+    distance = radial_distance(4, "l2")
+    kept_on_one_grid = int((distance <= stage_radii(distance, 0.5, 1)[0]).sum())
+    assert model.schedule.tokens == [1 + 32, 1 + 32] and model.schedule.tokens_out == 1 + 2 * kept_on_one_grid
+    clips = torch.from_numpy(np.random.default_rng(3).standard_normal((2, 4, 3, 32, 32)).astype(np.float32))
+    with torch.no_grad():
+        assert model(clips).shape == (2, 32)
