@@ -50,7 +50,7 @@ from timm.models.vision_transformer import Block, VisionTransformer
 from torch import nn
 
 from deploytk.adapters.base import register_family
-from deploytk.adapters.timm_vit import STATE_FILE, TimmBlock, TimmViT, save_state
+from deploytk.adapters.timm_vit import STATE_FILE, TimmBlock, TimmViT, constructor_arguments, save_state
 from deploytk.errors import DeploytkError
 
 #: a config's ``model:`` that names a multi-scale model: ``multiscale:<timm ViT name>`` (deit_tiny_patch16_224, ...)
@@ -128,6 +128,8 @@ class MultiScaleViT(nn.Module):
         self.low_scale_embedding = low_scale_embedding
         self.embed_dim, self.num_classes, self.num_features = dim, vit.num_classes, vit.num_features
         self.pretrained_cfg = vit.pretrained_cfg
+        #: what rebuilds the ViT it extends (timm's constructor arguments; ``save_source`` stores them)
+        self.vit_arguments = constructor_arguments(vit)
         patch = tuple(int(p) for p in vit.patch_embed.patch_size)
         if low_scale_embedding == "own":
             img = tuple(int(v) for v in vit.patch_embed.img_size)
@@ -218,13 +220,15 @@ class MultiScale(TimmViT):
         return isinstance(model, MultiScaleViT)
 
     def save_source(self, folder):
-        """The weights and the recipe ``multiscale:<architecture>`` with the fusion's settings from the object."""
+        """The weights and the recipe ``multiscale:<architecture>`` with its ViT's constructor arguments and the fusion's
+        settings from the object."""
         m = self.model
         arch = (getattr(m, "pretrained_cfg", None) or {}).get("architecture")
         if type(m) is not MultiScaleViT or not arch:
             return f"its class {type(m).__qualname__} or its ViT's architecture ({arch}) is not one deploytk builds by name"
         save_state(m, folder)
-        kwargs = {"num_classes": int(m.num_classes), "fusion_block": int(m.fusion_block), "low_scale_embedding": m.low_scale_embedding}
+        kwargs = getattr(m, "vit_arguments", {}) | {"num_classes": int(m.num_classes)}
+        kwargs |= {"fusion_block": int(m.fusion_block), "low_scale_embedding": m.low_scale_embedding}
         return {"model": PREFIX + arch, "model_kwargs": kwargs, "checkpoint": STATE_FILE}
 
     def check(self):

@@ -223,3 +223,26 @@ def test_a_plain_vit_checkpoint_is_refused_naming_the_multi_scale_keys(tmp_path)
     with pytest.raises(DeploytkError, match=r"parameter\(s\) missing from the checkpoint, e.g. \['cls_token_low', 'pos_embed_low'"):
         create_vit(config().model_copy(update={"checkpoint": str(tmp_path / "plain.safetensors")}))
     assert create_vit(config(patch_size=8)).grid_low == (2, 2)  # a 4x4 grid halves to 2x2
+
+
+def test_a_model_object_stores_what_rebuilds_its_vit_in_another_process(tmp_path):
+    """A MultiScaleViT built in Python around a timm ViT of the user's width and depth: export stores the ViT's own
+    constructor arguments with the fusion's settings, so another process rebuilds the same model (the stored recipe named
+    the architecture alone, which rebuilt a 192-wide, 12-block DeiT-T, and validate refused the artifact elsewhere)."""
+    import deploytk
+    from deploytk.adapters.multiscale_vit import MultiScaleViT
+
+    vit = timm.create_model("deit_tiny_patch16_224", img_size=32, patch_size=4, embed_dim=48, depth=4, num_heads=2, num_classes=7)
+    artifact = deploytk.export(MultiScaleViT(vit, fusion_block=1), tmp_path / "ms", method="topk", keep_rate=0.5, layers=[1, 2])
+    source = artifact.manifest["model"]["source"]
+    assert source["cannot_rebuild"] is None, source["cannot_rebuild"]
+    kwargs = source["rebuild"]["model_kwargs"]
+    assert source["rebuild"]["model"] == "multiscale:deit_tiny_patch16_224"
+    assert {k: kwargs[k] for k in ("embed_dim", "depth", "num_heads", "patch_size", "num_classes", "fusion_block")} == {
+        "embed_dim": 48,
+        "depth": 4,
+        "num_heads": 2,
+        "patch_size": 4,
+        "num_classes": 7,
+        "fusion_block": 1,
+    }
