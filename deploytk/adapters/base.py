@@ -237,11 +237,11 @@ def pool_tokens(x: torch.Tensor, size: torch.Tensor, pool: str, skip: int) -> to
     if not pool:
         return x
     x, size = x[:, skip:], size[:, skip:]
+    if pool == "max":  # sizes play no part: nothing of them may reach the graph (its last size aggregation is then dead)
+        return x.amax(dim=1)
     avg = ((x * size).sum(dim=1) / size.sum(dim=1)).to(x.dtype)
     if pool == "avg":
         return avg
-    if pool == "max":
-        return x.amax(dim=1)
     return 0.5 * (x.amax(dim=1) + avg)  # avgmax
 
 

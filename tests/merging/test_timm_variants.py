@@ -22,6 +22,8 @@ VARIANTS = {
     "qk_norm": ("vit_small_patch16_224", dict(depth=4, qk_norm=True)),
     "registers_gap": ("vit_base_patch16_reg4_gap_256", dict(depth=3, embed_dim=192, num_heads=3)),
     "avg_pool_no_cls": ("vit_small_patch16_224", dict(depth=4, global_pool="avg", class_token=False, fc_norm=True)),
+    # max pooling reads no sizes: their last aggregation was dead code the ONNX optimizer removed, and export refused
+    "max_pool": ("vit_small_patch16_224", dict(depth=3, global_pool="max")),
     "other_img_size": ("deit_tiny_patch16_224", dict(depth=4, img_size=160)),
     "res_post_norm": ("vit_small_patch16_224", dict(depth=3, block_fn=timm.models.vision_transformer.ResPostBlock)),
     "siglip_map_head": ("vit_base_patch16_siglip_224", dict(depth=3, embed_dim=192, num_heads=3)),
