@@ -39,6 +39,17 @@ class DeploytkNotice(UserWarning):
     entry rebuilt): a warning to a Python caller, a ``note:`` line on stderr from the CLI."""
 
 
+class ExportNotice(DeploytkNotice):
+    """What an export says about the artifact it wrote (its ``notes``): a schedule capped to what the model can take, a
+    reference that cannot be rebuilt in another process. ``deploytk.export`` warns each; the CLI prints them with the export."""
+
+
+class NotRebuildableWarning(ExportNotice):
+    """The exported model object cannot be rebuilt in another process (``Artifact.rebuild_problem`` says why): its PyTorch
+    reference exists only in the process that exported it, so only that process can validate, inspect or evaluate the
+    artifact against it."""
+
+
 def file_problem(path: Path, expected: str = "a file") -> str | None:
     """Why ``path`` cannot be read as ``expected`` ("does not exist", "is a directory, not a file", ...), or None: a
     folder given where a file belongs is not reported as missing."""

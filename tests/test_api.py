@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,8 @@ import transformers
 from timm.models.vision_transformer import VisionTransformer
 
 import deploytk
-from deploytk.errors import DeploytkError
+import deploytk.models as deploytk_models
+from deploytk.errors import DeploytkError, ExportNotice, NotRebuildableWarning
 
 from helpers import seeded_images, seeded_init, snapshot
 
@@ -123,7 +125,11 @@ class Renamed(VisionTransformer):
 
 def test_an_object_that_cannot_be_rebuilt_validates_in_its_process_and_the_cli_says_why_later(tmp_path):
     model = Renamed(img_size=32, patch_size=4, embed_dim=64, depth=2, num_heads=2, num_classes=10)
-    artifact = deploytk.export(model, tmp_path / "art", r=2)
+    with pytest.warns(NotRebuildableWarning) as warned:
+        artifact = deploytk.export(model, tmp_path / "art", r=2)
+    assert not artifact.rebuildable and "its class test_api.Renamed is not one timm builds by name" in artifact.rebuild_problem
+    assert [str(w.message) for w in warned] == artifact.notes and len(artifact.notes) == 1
+    assert artifact.notes[0].startswith("the model object (test_api.Renamed) cannot be rebuilt in another process: its class")
     source = artifact.manifest["model"]["source"]
     assert source["rebuild"] is None and "is not one timm builds by name" in source["cannot_rebuild"]
     assert source["files"] == {} and not (artifact.directory / "source").exists()
@@ -133,6 +139,74 @@ def test_an_object_that_cannot_be_rebuilt_validates_in_its_process_and_the_cli_s
     message = " ".join(cli.stderr.split())
     assert "was exported from a Python object (test_api.Renamed) that cannot be rebuilt in another process" in message
     assert "Validate it there (`artifact.validate()` on what deploytk.export returned)" in message
+
+
+def as_in_another_process(monkeypatch, artifact) -> None:
+    """What a new process sees of ``artifact``, without starting one: nothing holds the model object it was exported from,
+    so its reference is rebuilt from the files stored in it (``deploytk validate DIR`` elsewhere takes the same path)."""
+    monkeypatch.delitem(deploytk_models._HELD, artifact.manifest["config"]["model"])
+
+
+def test_an_avg_pooled_timm_object_validates_in_another_process(tmp_path, monkeypatch):
+    """Issue 53: `global_pool='avg'` puts the final norm after the pool (fc_norm); the recipe stored in the artifact rebuilt
+    a model without it, and `deploytk validate` in a new process refused what the exporting process validated."""
+    model = changed_weights(small_timm(num_classes=10, global_pool="avg", class_token=False), seed=8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ExportNotice)  # nothing to say about this export
+        artifact = deploytk.export(model, tmp_path / "art", method="tome", r=2)
+    assert artifact.rebuildable and artifact.rebuild_problem is None and artifact.notes == []
+    kwargs = artifact.manifest["model"]["source"]["rebuild"]["model_kwargs"]
+    assert (kwargs["global_pool"], kwargs["class_token"], kwargs["num_classes"]) == ("avg", False, 10)
+    as_in_another_process(monkeypatch, artifact)
+    report = deploytk.load(artifact.directory).validate(num_images=4, batch_size=4)
+    assert report.passed and report["backends"] == ["ort"], report
+
+
+def test_an_object_whose_stored_recipe_does_not_rebuild_it_is_said_at_export_without_the_temporary_folder(tmp_path, monkeypatch):
+    """A module added after `timm.create_model` (here an fc_norm timm would not build for a token pool) is in the weights,
+    not in the recipe: export says so at once (warning, artifact fields), and the refusal in a later process names the
+    reason, never the temporary folder the rebuild was tried in."""
+    model = small_timm(num_classes=3)
+    model.fc_norm = torch.nn.LayerNorm(64)
+    with pytest.warns(NotRebuildableWarning, match=r"cannot be rebuilt in another process: rebuilding it from its stored"):
+        artifact = deploytk.export(model, tmp_path / "art", r=2)
+    why = artifact.rebuild_problem
+    assert not artifact.rebuildable
+    assert why == (
+        "rebuilding it from its stored weights and architecture failed: checkpoint model.safetensors does not match model "
+        "VisionTransformer: 2 unexpected parameter(s), e.g. ['fc_norm.bias', 'fc_norm.weight']"
+    )
+    assert "deploytk-source" not in json.dumps(artifact.manifest)
+    as_in_another_process(monkeypatch, artifact)
+    before = snapshot(tmp_path)
+    with pytest.raises(DeploytkError) as refused:
+        deploytk.load(artifact.directory).validate(num_images=4)
+    assert f"cannot be rebuilt in another process: {why}; its PyTorch reference existed only" in refused.value.message
+    assert "deploytk-source" not in str(refused.value) and snapshot(tmp_path) == before
+
+
+def test_a_capped_r_is_recorded_as_it_runs_and_said_at_export(tmp_path):
+    """Issue 53: r=200 on a 65-token model ran capped per block while the manifest recorded r=200, without a word."""
+    model = small_timm(num_classes=3)  # 32x32, patch 4: 64 patches + the class token, 4 blocks
+    with pytest.warns(ExportNotice) as warned:
+        artifact = deploytk.export(model, tmp_path / "art", method="tome", r=200)
+    effective = [32, 16, 8, 4]
+    assert artifact.manifest["config"]["merge"]["r"] == effective
+    schedule = artifact.manifest["schedule"]
+    assert schedule["effective_r"] == effective and schedule["requested_r"] == [200] * 4 and schedule["configured_r"] == 200
+    assert (
+        [str(w.message) for w in warned]
+        == artifact.notes
+        == [
+            f"r = 200 (`merge.r`) capped to {effective} per block: a block cannot merge away more than half of its tokens "
+            "(ToMe's rule, protected tokens not counted); the manifest records the capped r, the schedule that runs"
+        ]
+    )
+    assert not isinstance(warned[0].message, NotRebuildableWarning) and artifact.rebuildable
+    assert f"r={effective}" in repr(artifact)
+    inspected = artifact.inspect()  # the recorded config rebuilds the same schedule, now uncapped
+    assert inspected["r"] == effective and inspected["effective_r"] == effective and inspected["capped"] is False
+    assert inspected["tokens_per_layer"] == schedule["tokens_per_layer"] == [65, 33, 17, 9]
 
 
 def test_a_subclass_that_overrides_forward_is_refused_and_nothing_is_written(tmp_path):

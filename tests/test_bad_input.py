@@ -82,6 +82,31 @@ def test_r_above_cap_is_legal_and_reported(tmp_path):
     assert report["capped"] and report["effective_r"][0] == 98
 
 
+def test_an_export_above_the_cap_records_the_capped_r_and_says_so(tmp_path):
+    """Issue 53: `--r 200` ran capped per block while the manifest recorded r=200 (the CLI's note said so, the Python API
+    nothing). The manifest's `merge.r` is now what runs, the export's summary says it was capped, and validate rebuilds
+    the same schedule from the recorded config."""
+    import json
+
+    out = tmp_path / "capped"
+    config = ROOT / "export_configs" / "digits_vit_tome_r4.yaml"  # 65 tokens, 12 blocks
+    result = runner.invoke(app, ["export", str(config), "--r", "200", "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    effective = [32, 16, 8, 4, 2, 1, 0, 0, 0, 0, 0, 0]
+    printed = " ".join(result.stdout.split())
+    assert f"(tome, r={effective})" in printed
+    assert (
+        f"note: r = 200 (`merge.r`) capped to {effective} per block: a block cannot merge away more than half of its tokens "
+        "(ToMe's rule, protected tokens not counted); the manifest records the capped r, the schedule that runs"
+    ) in printed
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["config"]["merge"]["r"] == manifest["schedule"]["effective_r"] == effective
+    assert manifest["schedule"]["configured_r"] == 200 and manifest["schedule"]["capped"] is True
+    validated = runner.invoke(app, ["validate", str(out), "--num-images", "4", "--batch-size", "4", "--json"])
+    assert validated.exit_code == 0, validated.output
+    assert json.loads(validated.stdout)["passed"] is True
+
+
 def test_missing_checkpoint(tmp_path):
     export_fails(tmp_path, CONFIG, "--checkpoint", tmp_path / "nope.pth", match="nope.pth does not exist")
 

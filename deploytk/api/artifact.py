@@ -95,6 +95,27 @@ class Artifact:
     def output_names(self) -> list[str]:
         return self._artifact.output_names
 
+    @property
+    def rebuild_problem(self) -> str | None:
+        """Why another process cannot rebuild this artifact's PyTorch reference (what ``validate``, ``inspect`` and
+        ``evaluate`` compare with), or None where it can: only an export of a model object deploytk could not store has one
+        (the manifest's ``model.source.cannot_rebuild``), decided at export."""
+        source = self.manifest["model"].get("source")
+        if source is None or source.get("rebuild") is not None:
+            return None
+        return str(source.get("cannot_rebuild") or "its architecture was not stored")
+
+    @property
+    def rebuildable(self) -> bool:
+        """Whether a process other than the exporting one can rebuild the PyTorch reference (``rebuild_problem``: why not)."""
+        return self.rebuild_problem is None
+
+    @property
+    def notes(self) -> list[str]:
+        """What the export said about this artifact (the manifest's ``notes``): a schedule capped to what the model can
+        take, a reference that cannot be rebuilt in another process. ``deploytk.export`` warns each as it returns."""
+        return list((self.manifest.get("notes") or {}).values())
+
     def to_dict(self) -> dict[str, Any]:
         """``{"directory": DIR, **manifest}``: the JSON output of the CLI's ``export`` and ``quantize``. Not ``output``:
         the manifest has an ``output`` of its own (what the graph outputs), which would hide the folder."""

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,10 +35,10 @@ from deploytk.backends import DEFAULT_BACKEND
 from deploytk.calibration import calibrate_config
 from deploytk.config import DeployConfig
 from deploytk.diagnostics import environment_report
-from deploytk.errors import DeploytkError
+from deploytk.errors import DeploytkError, ExportNotice, NotRebuildableWarning
 from deploytk.evaluation.accuracy import evaluate as evaluate_accuracy
 from deploytk.evaluation.accuracy import scan_image_folder
-from deploytk.exporter.pipeline import run_export
+from deploytk.exporter.pipeline import NOTE_NOT_REBUILDABLE, run_export
 from deploytk.files import stale_entries
 from deploytk.merging.merged_vit import MergedViT
 from deploytk.models import build_reference
@@ -85,7 +86,10 @@ def export(
 
     ``r``: an int, one int per block, or ``(r, inflection)``; ``output_kind``: logits, embedding, patch_features or
     tokens (default: the model's own); ``fmt="onnx-inlined"`` also writes a standard-ops copy. A model object's weights
-    and architecture are stored in the artifact (``source/``) when they rebuild it, so a later process can validate it.
+    and architecture are stored in the artifact (``source/``) when they rebuild it, so a later process can validate it;
+    when they cannot, ``artifact.rebuildable`` is False, ``artifact.rebuild_problem`` says why and a
+    ``NotRebuildableWarning`` is warned. What the export says about the artifact (that, or an r capped to what the model
+    can take, recorded as it runs) is in ``artifact.notes``, each warned as an ``ExportNotice``.
 
     ```python
     import timm
@@ -117,7 +121,10 @@ def export(
     finally:
         if held is not None:
             held.close()
-    return Artifact(target)
+    artifact = Artifact(target)
+    for topic, note in (artifact.manifest.get("notes") or {}).items():
+        warnings.warn(NotRebuildableWarning(note) if topic == NOTE_NOT_REBUILDABLE else ExportNotice(note), stacklevel=2)
+    return artifact
 
 
 def load(directory: str | Path) -> Artifact:

@@ -183,8 +183,13 @@ def export(
 
     overrides = {"checkpoint": str(checkpoint) if checkpoint else None, "model": model, "method": method, "r": r, "precision": precision}
     config = config or given_default_config()
+    import warnings
+
+    from deploytk.errors import ExportNotice
+
     cfg = load_config_with_overrides(config, **overrides)
-    with RichProgress() as progress:
+    with RichProgress() as progress, warnings.catch_warnings():
+        warnings.simplefilter("ignore", ExportNotice)  # the export's notes are in its report, rendered below
         artifact = run_export(cfg, output or Path("artifacts") / config.stem, fmt=fmt, force=force, progress=progress)
     render.export(artifact.to_dict(), json_out)
 

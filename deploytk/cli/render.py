@@ -213,8 +213,8 @@ def export(report: dict, json_out: bool) -> None:
     if manifest.get("onnx_ort"):
         fused = ", ".join(f"{op} {n}" for op, n in manifest["onnx_ort"]["fusions"].items())
         out_console.print(f"  ONNX Runtime's fused copy ({fused}): {output}/{manifest['onnx_ort']['file']}")
-    if s["capped"]:
-        out_console.print(f"  [yellow]note:[/] r was capped per layer (ToMe's rule): effective r = {s['effective_r']}")
+    for note in (manifest.get("notes") or {}).values():  # what the export said (a capped r, a reference not rebuildable elsewhere)
+        out_console.print(f"  [yellow]note:[/] {escape(in_flags(note))}", soft_wrap=True)
 
 
 def _output_line(output: dict) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -193,11 +194,14 @@ class Artifact:
         if is_held(cfg.model):
             return cfg
         if source.get("rebuild") is None:
+            # an export before deploytk left the temporary folder out of the reason named it: it was gone by the time it was read
+            why = re.sub(r"\S*deploytk-source-[^/\s]+/source/", "", str(source.get("cannot_rebuild"))).rstrip(".")
             raise DeploytkError(
                 f"{self.directory} was exported from a Python object ({source['object']}) that cannot be rebuilt in another "
-                f"process: {source.get('cannot_rebuild')}; its PyTorch reference existed only in the process that exported it.",
-                hint="Validate it there (`artifact.validate()` on what deploytk.export returned), or export a model deploytk "
-                "can rebuild (a timm model made by timm.create_model, a transformers model, or a config naming one).",
+                f"process: {why}; its PyTorch reference existed only in the process that exported it.",
+                hint="Validate it there (`artifact.validate()` on what deploytk.export returned), or export a model whose "
+                "architecture deploytk can store (a timm model made by timm.create_model from plain arguments, a transformers "
+                "model, or a config naming one).",
             )
         for name, recorded in source["files"].items():
             path = self.directory / name
@@ -310,6 +314,8 @@ class Artifact:
     def require_exported_from(self, cfg: DeployConfig, config_name: str, img_size) -> None:
         """Refuse an export (``artifacts``) of another model, method, schedule, image size or weights than ``cfg``."""
         want, have = _export_identity(cfg), _export_identity(self.config)
+        if want.get("merge.r") == self.manifest["schedule"].get("configured_r"):
+            want["merge.r"] = have.get("merge.r")  # the manifest records a capped r as it runs, and what was asked
         problems = [f"`{k}` is {have.get(k)!r} there but {want[k]!r} in {config_name}" for k in want if want[k] != have.get(k)]
         if list(self.img_size) != list(img_size):
             problems.append(f"the input size is {list(self.img_size)} there but {list(img_size)} in {config_name}")

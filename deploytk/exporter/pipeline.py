@@ -19,6 +19,7 @@ from deploytk.exporter.onnx_io import data_file_name, save_onnx
 from deploytk.exporter.ort_fusion import FUSABLE_PRECISIONS, fuse_for_ort
 from deploytk.exporter.source import HeldObject
 from deploytk.files import claim_directory
+from deploytk.merging.merged_vit import MergedViT
 from deploytk.merging.precision import to_precision
 from deploytk.models import build_reference
 from deploytk.progress import SILENT, Progress
@@ -59,6 +60,38 @@ def write_ort_copy(proto: onnx.ModelProto, folder: Path) -> dict:
     return record | {"fusions": fusions, "onnxruntime": package_versions().get("onnxruntime")}
 
 
+#: the manifest's ``notes``: what an export says about the artifact it wrote, by topic (``deploytk.export`` warns each)
+NOTE_CAPPED = "schedule_capped"
+NOTE_NOT_REBUILDABLE = "not_rebuildable"
+
+
+def record_applied_schedule(cfg: DeployConfig, model: MergedViT, config: dict, schedule: dict) -> str | None:
+    """A capped ``merge.r`` is recorded as it runs: ``config``'s (the manifest's) `merge.r` becomes the per-block r after the
+    cap, which rebuilds the same schedule, and ``schedule["configured_r"]`` keeps what was asked. Returns the note that
+    says so (None: nothing was capped)."""
+    if not (cfg.merge.reduction.uses_r and model.schedule.capped):
+        return None
+    asked = config["merge"]["r"]
+    config["merge"]["r"] = list(model.schedule.effective_r)
+    schedule["configured_r"] = asked
+    shown = f"({asked['r']}, {asked['inflection']})" if isinstance(asked, dict) else str(asked)
+    return (
+        f"r = {shown} (`merge.r`) capped to {list(model.schedule.effective_r)} per block: {model.reduction.cap_rule}; "
+        "the manifest records the capped r, the schedule that runs"
+    )
+
+
+def not_rebuildable_note(source: HeldObject) -> str | None:
+    """The note on a model object whose PyTorch reference cannot be rebuilt in another process (None: it can)."""
+    if source.cannot_rebuild is None:
+        return None
+    return (
+        f"the model object ({source.model_class}) cannot be rebuilt in another process: {source.cannot_rebuild}. Its PyTorch "
+        "reference exists only in this process: validate the artifact here (`artifact.validate()` on what deploytk.export "
+        "returned); `deploytk validate` and the other commands that compare with the reference refuse it elsewhere"
+    )
+
+
 def run_export(
     cfg: DeployConfig, output: Path, progress: Progress = SILENT, fmt: str = "onnx", force: bool = False, source: HeldObject | None = None
 ) -> dict:
@@ -71,6 +104,7 @@ def run_export(
     also writes ``model.ort.onnx``, the graph fused for ONNX Runtime's CPU kernels (``deploytk.exporter.ort_fusion``),
     which the ``ort`` backend then runs.
     ``source``: the model object ``cfg.model`` holds (``memory:``), whose stored files go to ``source/``.
+    The manifest's ``notes`` say what the caller should know about the artifact (``NOTE_CAPPED``, ``NOTE_NOT_REBUILDABLE``).
     """
     if fmt not in FORMATS:
         raise DeploytkError(f"`fmt={fmt!r}` is not one of {', '.join(FORMATS)}.")
@@ -109,10 +143,15 @@ def run_export(
                 progress.step("storing the model object's weights and architecture")
                 source.copy_files(tmp)
             progress.step("writing manifest")
+            config = config_to_dict(cfg) | {"checkpoint": str(Path(cfg.checkpoint).resolve()) if cfg.checkpoint else None}
+            schedule = schedule_summary(model)
+            notes = {NOTE_CAPPED: record_applied_schedule(cfg, model, config, schedule)}
+            if source is not None:
+                notes[NOTE_NOT_REBUILDABLE] = not_rebuildable_note(source)
             manifest = {
                 "format": MANIFEST_FORMAT,
                 "created": now_utc(),
-                "config": config_to_dict(cfg) | {"checkpoint": str(Path(cfg.checkpoint).resolve()) if cfg.checkpoint else None},
+                "config": config,
                 "model": {
                     "name": cfg.model,
                     "family": family.name,
@@ -124,7 +163,7 @@ def run_export(
                     **model_folder_record(cfg.model),
                     **({"source": source.record(tmp)} if source is not None else {}),
                 },
-                "schedule": schedule_summary(model),
+                "schedule": schedule,
                 "method": method_summary(cfg),
                 **flops,
                 "inputs": [family.input_kind.record()],
@@ -143,6 +182,7 @@ def run_export(
                 "onnx_inlined": inlined,
                 "onnx_ort": fused,
                 "versions": package_versions(),
+                "notes": {topic: note for topic, note in notes.items() if note},
             }
             manifest = write_manifest(tmp, manifest)
         return manifest

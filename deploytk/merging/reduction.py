@@ -64,6 +64,8 @@ class Reduction(nn.Module):
     soft_assignment: ClassVar[bool] = False
     #: the method leaves tokens of size 0 that only proportional attention ignores (``merge.prop_attn`` must be true)
     needs_prop_attn: ClassVar[bool] = False
+    #: why a block's r can be less than ``merge.r`` asked (the export's note on a capped schedule; ``uses_r`` methods)
+    cap_rule: ClassVar[str] = "a block cannot merge away more than half of its tokens (ToMe's rule, protected tokens not counted)"
     #: the schedule knob `deploytk tune` searches: ``r`` (per-layer merges), ``keep_rate`` or ``quantile`` (ATM's
     #: calibration statistic); None where the token counts are trained into the method's layers
     tune_knob: ClassVar[str | None] = None

@@ -55,6 +55,10 @@ class MCTF(Reduction):
     summary = "MCTF: multi-criteria (similarity, informativeness, size) bidirectional fusion with one-step-ahead attention"
     Options = MCTFOptions
     ops = ("MctfMatch", "TokenAggregate")
+    cap_rule = (
+        "a block cannot merge away more than half of its tokens (protected tokens not counted) nor leave fewer than "
+        "`merge.options.min_tokens`"
+    )
 
     def __init__(self, family, r_per_layer: list[int], options: MCTFOptions):
         super().__init__(family, r_per_layer, options)
