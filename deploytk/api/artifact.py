@@ -12,7 +12,15 @@ from typing import Any
 import numpy as np
 
 from deploytk.analysis.inspect import inspect_config
-from deploytk.api.reports import BuildReport, EvaluationReport, InspectReport, PackageReport, ProfileReport, ValidationReport
+from deploytk.api.reports import (
+    BuildReport,
+    EvaluationReport,
+    InspectReport,
+    PackageReport,
+    ProfileReport,
+    ValidationReport,
+    VisualizationReport,
+)
 from deploytk.backends import DEFAULT_BACKEND, LoadedModel, get_backend
 from deploytk.build.builder import build_engine
 from deploytk.build.options import build_options
@@ -25,6 +33,8 @@ from deploytk.profile.profiler import profile as profile_artifact
 from deploytk.progress import SILENT, Progress
 from deploytk.quantize import DEFAULT_CALIBRATION_IMAGES, default_output, run_quantize
 from deploytk.validate.validator import run_validations
+from deploytk.visualization import REFERENCE
+from deploytk.visualization import visualize as draw
 
 
 def _backends(backend: str | list[str] | tuple[str, ...]) -> list[str]:
@@ -274,6 +284,33 @@ class Artifact:
                 limit=limit,
                 config_name=str(self.directory),
                 backend=backend,
+                progress=progress or SILENT,
+            )
+        )
+
+    def visualize(
+        self,
+        image: str | Path,
+        *,
+        output: str | Path = "merge.png",
+        layers: str | list[int] | None = None,
+        backend: str = REFERENCE,
+        colors: str = "mean",
+        progress: Progress | None = None,
+    ) -> VisualizationReport:
+        """``image`` with every patch coloured by the token it belongs to after each chosen block, written to ``output``
+        (``deploytk.visualize`` of this artifact): ``backend="reference"`` draws its PyTorch reference's choices, a runtime
+        (``ort``, ``openvino``) the choices this artifact's graph makes there."""
+        return VisualizationReport(
+            draw(
+                self._artifact.reference_config,
+                Path(image),
+                output=Path(output),
+                layers=",".join(str(v) for v in layers) if isinstance(layers, list) else layers,
+                backend=backend,
+                artifacts=None if backend == REFERENCE else self.directory,
+                colors=colors,
+                config_name=str(self.directory),
                 progress=progress or SILENT,
             )
         )

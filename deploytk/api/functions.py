@@ -16,6 +16,7 @@ from typing import Any
 from torch import nn
 
 from deploytk.adapters import describe_families
+from deploytk.adapters.hf_common import HF_PREFIX
 from deploytk.analysis.inspect import inspect_config
 from deploytk.api.artifact import Artifact
 from deploytk.api.inputs import CONFIG_SUFFIXES, ModelLike, resolve
@@ -38,6 +39,7 @@ from deploytk.diagnostics import environment_report
 from deploytk.errors import DeploytkError, ExportNotice, NotRebuildableWarning
 from deploytk.evaluation.accuracy import evaluate as evaluate_accuracy
 from deploytk.evaluation.accuracy import scan_image_folder
+from deploytk.exporter.artifacts import MANIFEST_FILE
 from deploytk.exporter.pipeline import NOTE_NOT_REBUILDABLE, run_export
 from deploytk.files import stale_entries
 from deploytk.merging.merged_vit import MergedViT
@@ -261,10 +263,28 @@ def visualize(
     **options: Any,
 ) -> VisualizationReport:
     """``image`` with every patch coloured by the token it belongs to after each chosen block, written to ``output``.
-    ``image`` is the model's input kind: an image file, a clip (video models) or a sound (audio models).
+    ``image`` is the model's input kind: an image file, a clip (video models) or a sound (audio models). ``model`` may
+    also be an export's folder: its reference's choices are drawn, or with a runtime ``backend`` its graph's
+    (``Artifact.visualize``).
 
     ``config_name``: how the report and errors name the model (default: the name or path given, else "the model"; the CLI
     passes its CONFIG path with the config object it built)."""
+    directory = _export_folder(model)
+    if directory is not None:
+        given = next((k for k, v in {"method": method, "r": r, **options}.items() if v is not None), None)
+        if given is not None:
+            raise DeploytkError(
+                f"`model` is the export {directory}, whose method and schedule were fixed when it was exported: `{given}=` "
+                "cannot change them.",
+                hint=f"Leave `{given}=` out to draw that export, or pass the config or model to change instead.",
+            )
+        if artifacts is not None and Path(artifacts).resolve() != directory.resolve():
+            raise DeploytkError(
+                f"`model` is the export {directory} and `artifacts={artifacts}` another folder: with an export as `model`, its "
+                "own graph is the one a runtime runs.",
+                hint="Leave `artifacts=` out, or pass the config the other export was made from as `model`.",
+            )
+        return load(directory).visualize(image, output=output, layers=layers, backend=backend, colors=colors, progress=progress)
     cfg, _ = resolve(model, "deploytk.visualize()", method=method, r=r, **options)
     report = draw(
         cfg,
@@ -278,6 +298,20 @@ def visualize(
         progress=progress or SILENT,
     )
     return VisualizationReport(report)
+
+
+def _export_folder(model: ModelLike) -> Path | None:
+    """``model`` as an export's folder (it holds a manifest.json), else None; a folder that is neither an export nor an
+    ``hf:`` name is refused here, saying what ``model`` may be, instead of being looked up as a timm name."""
+    if not isinstance(model, (str, Path)) or str(model).startswith(HF_PREFIX) or not Path(model).is_dir():
+        return None
+    if (Path(model) / MANIFEST_FILE).is_file():
+        return Path(model)
+    raise DeploytkError(
+        f"`model` is the folder {model}, which holds no {MANIFEST_FILE}: it is not a deploytk export.",
+        hint="Pass an export's folder (what deploytk.export wrote), a YAML config, a timm name, hf:<folder> for a "
+        "transformers model saved with save_pretrained, or the model object.",
+    )
 
 
 def evaluate(

@@ -321,7 +321,9 @@ def inspect(
 @app.command()
 @handle_errors
 def visualize(
-    config: Path = typer.Argument(..., help="Export config YAML."),
+    config: Path = typer.Argument(
+        ..., help="Export config YAML, or an export's folder (its reference's or, with a runtime, its graph's choices)."
+    ),
     image: Path = typer.Option(
         ...,
         "--image",
@@ -347,10 +349,12 @@ def visualize(
     from deploytk.api import visualize as run_visualize
     from deploytk.config import load_config_with_overrides
 
-    cfg = load_config_with_overrides(config, checkpoint=str(checkpoint) if checkpoint else None)
+    if config.is_dir() and checkpoint is not None:
+        raise DeploytkError(f"{config} is an export, whose weights were fixed when it was exported: `checkpoint=` cannot change them.")
+    model = config if config.is_dir() else load_config_with_overrides(config, checkpoint=str(checkpoint) if checkpoint else None)
     with RichProgress(not json_out) as progress:
         report = run_visualize(
-            cfg,
+            model,
             image,
             output=output,
             layers=layers,

@@ -313,6 +313,8 @@ class Artifact:
 
     def require_exported_from(self, cfg: DeployConfig, config_name: str, img_size) -> None:
         """Refuse an export (``artifacts``) of another model, method, schedule, image size or weights than ``cfg``."""
+        if self.manifest["model"].get("source") is not None and cfg.model_dump() == self.reference_config.model_dump():
+            return  # the artifact's own reference (a model object's, rebuilt from its stored files)
         want, have = _export_identity(cfg), _export_identity(self.config)
         if want.get("merge.r") == self.manifest["schedule"].get("configured_r"):
             want["merge.r"] = have.get("merge.r")  # the manifest records a capped r as it runs, and what was asked

@@ -202,6 +202,50 @@ def test_artifacts_of_another_config_are_refused(tiny_tome_export, noise_png, tm
     assert not (tmp_path / "b.png").exists()
 
 
+def test_an_export_s_folder_is_a_model_to_visualize(tiny_tome_export, noise_png, tmp_path):
+    """Issue 53: `deploytk.visualize("artifact_dir", ...)` looked the folder up as a timm name. An export's folder (str or
+    Path) draws its reference's choices, or with a runtime its own graph's; the CLI takes the folder as CONFIG."""
+    import deploytk
+
+    want = [trace(tiny(TINY_TOME), noise_png).sources.summary(b) for b in (0, 1, 2, 3)]
+    for model, backend in ((str(tiny_tome_export), "ort"), (tiny_tome_export, "reference")):
+        out = tmp_path / f"{backend}.png"
+        report = deploytk.visualize(model, noise_png, output=out, backend=backend)
+        assert (report["config"], report["backend"], report["method"]) == (str(tiny_tome_export), backend, "tome")
+        assert report["artifacts"] == (str(tiny_tome_export) if backend == "ort" else None)
+        assert report["layers"] == want and out.is_file()
+    result = invoke(tiny_tome_export, "--image", noise_png, "--backend", "ort", "--output", tmp_path / "cli.png", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["layers"] == want and (tmp_path / "cli.png").is_file()
+
+
+def test_an_export_s_folder_keeps_its_schedule_and_a_plain_folder_is_refused(tiny_tome_export, noise_png, tmp_path):
+    import deploytk
+
+    out = tmp_path / "out"
+    with pytest.raises(DeploytkError, match=r"whose method and schedule were fixed when it was exported: `r=` cannot change them"):
+        deploytk.visualize(tiny_tome_export, noise_png, output=out / "m.png", r=2)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    with pytest.raises(DeploytkError) as refused:
+        deploytk.visualize(plain, noise_png, output=out / "m.png")
+    assert f"`model` is the folder {plain}, which holds no manifest.json: it is not a deploytk export" in str(refused.value)
+    assert "unknown timm model" not in str(refused.value)
+    cli = "is an export, whose weights were fixed when it was exported: --checkpoint cannot change them"
+    fails(
+        tiny_tome_export,
+        "--image",
+        noise_png,
+        "--checkpoint",
+        tmp_path / "w.safetensors",
+        "--output",
+        out / "m.png",
+        match=cli,
+        out_dir=out,
+    )
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["plain"]
+
+
 def invoke(*args):
     return runner.invoke(app, ["visualize", *[str(a) for a in args]])
 
