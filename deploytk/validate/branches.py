@@ -5,16 +5,31 @@ candidates' scores agree to float32 rounding, a backend and PyTorch may legitima
 differently (ONNX Runtime's own fused and unfused graphs do), and from then on the logits differ
 by far more than any rounding tolerance. For each image that fails the comparison this module
 asks the backend for its choices (the ``dest`` output of every matching node) and the inputs
-of those nodes, and accepts the image as a *branch flip* only if all of these hold:
+of those nodes, replays the reference with the backend's choices, and accepts the image as a
+*branch flip* only if all of these hold:
 
-1. the first choice that differs from the reference's is made on inputs that agree with the
-   reference's within the tolerance (so the candidates were tied to rounding);
-2. the PyTorch op makes the backend's choice, either from the backend's own inputs there or from
-   the reference's inputs perturbed at float32 rounding level (relative 1e-6, a few seeded
-   trials), or the op's own near-tie proof accepts it (``OpSpec.near_tie``: ATSSample's picks
-   within a few ulps of the nearest CDF value): the choice is decided by rounding;
+1. every matching call where the backend chose otherwise than the op does on the replayed
+   reference's inputs (the reference's own inputs up to the first such call; after it, what the
+   reference computes along the backend's choices) was made on inputs that agree with those
+   within the tolerance (so the candidates were tied to rounding);
+2. at each such call the PyTorch op makes the backend's choice, either from the backend's own
+   inputs there or from the reference's inputs perturbed at float32 rounding level (relative
+   1e-6, a few seeded trials), or the op's own near-tie proof accepts it (``OpSpec.near_tie``,
+   computed in float64 from the reference's inputs for that image: ATSSample's picks within a
+   few ulps of the nearest CDF value; PiToMeMatch's energy order; ToMeMatch's matching, every
+   merged token's partner within 1e-5 of its best score, the merged tokens' scores above the
+   unmerged ones' and the unmerged order descending, each up to 1e-5). Random perturbations
+   cannot show a tie that needs many coordinated swaps: VideoMAE's 1,568 tokens without a class
+   token keep ~700 unmerged tokens in descending-score order, and flat image regions tie many
+   of them, so a runtime's order is a valid ToMe order that no perturbation reproduces whole.
+   A proof still refuses a wrong choice: a token merged into a partner scoring more than the
+   tie tolerance below its best, a wrong output slot, a protected token merged;
 3. the reference, replayed with every choice the backend made, matches the backend's logits
    within the tolerance (so everything else is computed the same way).
+
+Each call's differing tokens are counted (``BranchFlip.choices_flipped``): the validator bounds
+their share of all matching decisions (one per token per matching call per image), so a long
+video and a 197-token image are held to the same rate.
 """
 
 from __future__ import annotations
@@ -32,13 +47,19 @@ from deploytk.ops.ties import PERTURBATION_TRIALS, ROUNDING_PERTURBATION
 @dataclass
 class BranchFlip:
     image: int
-    op: str
-    call: int  # index of the matching op in execution order
+    op: str  # the first call where the backend chose otherwise
+    call: int  # index of that matching op in execution order
     tokens_changed: int  # tokens whose destination differs at that op
     input_rel_diff: float  # max |backend - reference| of the op's inputs / max |reference|
     op_reproduces_backend: bool
     replay_max_abs_diff: float
     explained: bool
+    #: matching decisions (one per token per call) that differ from the op's own choice on the reference replayed along
+    #: the backend's choices, over every call: what ``max_flipped_choices`` bounds
+    choices_flipped: int = 0
+    #: the calls with such a difference, and the first of them that is not a proven near-tie (None: all proven)
+    calls_flipped: int = 0
+    first_unproven_call: int | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -95,23 +116,27 @@ def explain_flips(
         rows = [i - starts[b] for i in failing if starts[b] <= i < starts[b + 1]]
         if not rows:
             continue
-        _, ref_calls = _run_reference(reference, batch)
-        if len(ref_calls) != len(probes):
-            raise RuntimeError(f"the reference made {len(ref_calls)} matching calls, the ONNX graph has {len(probes)}")
-        replay_logits, _ = _run_reference(reference, batch, [values[p.dest] for p in probes])
+        # the replay's calls: the op's own choice on the reference's inputs along the backend's choices (up to the first
+        # different choice, the reference's own inputs), then the backend's choice put in its place
+        replay_logits, replay_calls = _run_reference(reference, batch, [values[p.dest] for p in probes])
+        if len(replay_calls) != len(probes):
+            raise RuntimeError(f"the reference made {len(replay_calls)} matching calls, the ONNX graph has {len(probes)}")
         for j in rows:
-            flips.append(_diagnose(int(starts[b] + j), j, probes, ref_calls, values[output], values, replay_logits[j], atol, rtol))
+            flips.append(_diagnose(int(starts[b] + j), j, probes, replay_calls, values[output], values, replay_logits[j], atol, rtol))
             if flips[-1].explained:
                 replayed[flips[-1].image] = replay_logits[j]
     return flips, replayed
 
 
-def _diagnose(image, j, probes, ref_calls, backend_output, values, replay_row, atol, rtol) -> BranchFlip:
+def _diagnose(image, j, probes, replay_calls, backend_output, values, replay_row, atol, rtol) -> BranchFlip:
     backend_logits = backend_output[j]
     replay_diff = float(np.abs(backend_logits.astype(np.float64) - replay_row).max())
-    for k, (probe, (op_name, args, ref_dest)) in enumerate(zip(probes, ref_calls, strict=True)):
+    within = replay_diff <= atol or replay_diff <= rtol * float(np.abs(replay_row).max())
+    first, flipped, calls, unproven = None, 0, 0, None
+    for k, (probe, (op_name, args, own_dest)) in enumerate(zip(probes, replay_calls, strict=True)):
         backend_dest = values[probe.dest][j]
-        if np.array_equal(backend_dest, ref_dest[j].numpy()):
+        differ = int((backend_dest != own_dest[j].numpy()).sum())
+        if not differ:
             continue
         spec = spec_for(op_name)
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
@@ -121,19 +146,22 @@ def _diagnose(image, j, probes, ref_calls, backend_output, values, replay_row, a
         backend_inputs = [values[n][j : j + 1] if b else values[n] for n, b in zip(probe.inputs, batched, strict=True)]
         input_rel = max(_input_rel_diff(t.numpy(), x, layout) for t, x, layout in zip(rows, backend_inputs, spec.inputs, strict=True))
         reproduces = _reproduces(spec, args, rows, backend_inputs, backend_dest)
-        within = replay_diff <= atol or replay_diff <= rtol * float(np.abs(replay_row).max())
-        return BranchFlip(
-            image,
-            probe.op,
-            k,
-            int((backend_dest != ref_dest[j].numpy()).sum()),
-            input_rel,
-            reproduces,
-            replay_diff,
-            explained=reproduces and input_rel <= rtol and within,
-        )
-    # same choices everywhere: the difference is not a branch flip
-    return BranchFlip(image, "", -1, 0, 0.0, True, replay_diff, explained=False)
+        if first is None:
+            first = (probe.op, k, differ, input_rel, reproduces)
+        flipped, calls = flipped + differ, calls + 1
+        if unproven is None and not (reproduces and input_rel <= rtol):
+            unproven = k
+    if first is None:  # same choices everywhere: the difference is not a branch flip
+        return BranchFlip(image, "", -1, 0, 0.0, True, replay_diff, explained=False)
+    return BranchFlip(
+        image,
+        *first,
+        replay_diff,
+        explained=unproven is None and within,
+        choices_flipped=flipped,
+        calls_flipped=calls,
+        first_unproven_call=unproven,
+    )
 
 
 def _input_rel_diff(ref: np.ndarray, out: np.ndarray, layout) -> float:

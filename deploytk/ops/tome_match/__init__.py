@@ -66,13 +66,19 @@ def tome_near_ties(metric: torch.Tensor, got: torch.Tensor, r: int, protected: i
             return None
         if any(a < pa or scores[i, a, j_of_slot[da[a]]] < best[i, a] - tol for a in src):
             return None
-        if unm and src and max(best[i, a] for a in unm if a >= pa) > min(best[i, a] for a in src) + tol:
+        if unm and src and max((best[i, a] for a in unm if a >= pa), default=-float("inf")) > min(best[i, a] for a in src) + tol:
             return None
-        order_ok = unm == sorted(unm) if sort_unmerged else all(best[i, x] >= best[i, y] - tol for x, y in zip(unm, unm[1:], strict=False))
+        later_best = best[i, unm].flip(0).cummax(0).values.flip(0)  # descending within tol: each beats every later one
+        order_ok = unm == sorted(unm) if sort_unmerged else bool((best[i, unm][:-1] >= later_best[1:] - tol).all())
         if not order_ok:
             return None
         ties += 1
     return ties
+
+
+def near_tie(metric: torch.Tensor, r: int, protected: int, sort_unmerged: bool, dest: torch.Tensor) -> bool:
+    """``OpSpec.near_tie``: is ``dest`` [1, N] a ToMe matching of ``metric`` [1, N, D] up to ties (``tome_near_ties``)?"""
+    return tome_near_ties(metric, dest, r, protected, sort_unmerged) is not None
 
 
 def _selftest_calls(draw: dict) -> list:
@@ -97,4 +103,5 @@ SPEC = OpSpec(
     kernel="deploytk.ops.tome_match.kernel",
     selftest=SelftestPlan("tome", _selftest_calls, _selftest_ties),
     matching=True,
+    near_tie=near_tie,
 )

@@ -1,0 +1,191 @@
+"""Near-tie proofs in validate (issue 53): a matching op's choice that is its algorithm's own up to float32-rounding ties
+of its scores is accepted even where no random perturbation reproduces it, and a wrong choice is still refused.
+
+ToMeMatch without protected tokens (VideoMAE: no class token) keeps its unmerged tokens in descending-score order, so in
+flat image regions many of them tie, and a runtime summing in another order keeps a valid order that 32 seeded
+perturbations never reproduce whole. The metrics here are made to tie: groups of near-duplicate tokens.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from deploytk.ops import OPS
+from deploytk.ops.reference_common import protected_split
+from deploytk.ops.tome_match.reference import tome_dest, tome_slots
+from deploytk.validate.branches import _reproduces
+
+TOME = OPS["ToMeMatch"]
+
+
+def tied_metric(groups: int = 24, per_group: int = 6, nb: int = 40, dim: int = 16, spread: float = 1e-7, seed: int = 0) -> torch.Tensor:
+    """[1, N, dim]: A tokens (even positions) in ``groups`` of near-duplicates (relative ``spread`` apart, so their best
+    scores agree to rounding), B tokens (odd positions) random; N = 2 * groups * per_group."""
+    gen = torch.Generator().manual_seed(seed)
+    na = groups * per_group
+    base = torch.randn(groups, dim, generator=gen, dtype=torch.float64).repeat_interleave(per_group, 0)
+    a = base * (1 + spread * torch.randn(na, dim, generator=gen, dtype=torch.float64))
+    b = torch.randn(na, dim, generator=gen, dtype=torch.float64)
+    b[nb:] = b[:nb][torch.arange(na - nb) % nb] * 0.5 + torch.randn(na - nb, dim, generator=gen, dtype=torch.float64)
+    metric = torch.empty(1, 2 * na, dim, dtype=torch.float64)
+    metric[0, ::2], metric[0, 1::2] = a, b
+    return metric.float()
+
+
+def scores(metric: torch.Tensor, protected: int = 0) -> torch.Tensor:
+    """ToMe's scores [Na, Nb] in float64, protected rows and columns -inf."""
+    m = metric[0].double() / metric[0].double().norm(dim=-1, keepdim=True)
+    s = m[::2] @ m[1::2].T
+    pa, pb = protected_split(protected)
+    s[:pa], s[:, :pb] = -float("inf"), -float("inf")
+    return s
+
+
+def unmerged_in_order(dest: torch.Tensor, metric: torch.Tensor, r: int, protected: int) -> list[int]:
+    """The unmerged A tokens (indices into A) in their output order."""
+    n = metric.shape[1]
+    unm_slot, _ = tome_slots((n + 1) // 2, n // 2, r, protected)
+    k_of_slot = {s: k for k, s in enumerate(unm_slot)}
+    da = dest[0, ::2].tolist()
+    return sorted((a for a in range(len(da)) if da[a] in k_of_slot), key=lambda a: k_of_slot[da[a]])
+
+
+def swapped(dest: torch.Tensor, pairs: list[tuple[int, int]]) -> torch.Tensor:
+    """``dest`` with the slots of each pair of A tokens exchanged."""
+    got = dest.clone()
+    for x, y in pairs:
+        got[0, 2 * x], got[0, 2 * y] = dest[0, 2 * y], dest[0, 2 * x]
+    return got
+
+
+def accepted(metric, r, protected, sort_unmerged, got) -> bool:
+    """What validate decides for this choice at a ToMeMatch call whose inputs equal the reference's."""
+    args = [metric, r, protected, sort_unmerged]
+    return _reproduces(TOME, args, [metric], [metric.numpy()], got[0].numpy())
+
+
+def tied_order(metric: torch.Tensor, r: int) -> tuple[torch.Tensor, list[tuple[int, int]], torch.Tensor]:
+    """The reference's dest, and that dest with every other adjacent pair of tied unmerged tokens swapped."""
+    want = tome_dest(metric, r, 0, False)
+    best = scores(metric).max(-1).values
+    order = unmerged_in_order(want, metric, r, 0)
+    pairs = [(x, y) for x, y in zip(order[::2], order[1::2], strict=False) if abs(best[x] - best[y]) < 1e-6]
+    return want, pairs, swapped(want, pairs)
+
+
+def test_tome_has_a_near_tie_proof_like_every_op_whose_selftest_proves_ties():
+    """ToMe's selftest judges its kernel by a proof (tome_near_ties), ATS's and PiToMe's by theirs: validate uses each."""
+    for name in ("ToMeMatch", "ATSSample", "PiToMeMatch"):
+        assert OPS[name].near_tie is not None, name
+
+
+def test_a_valid_tome_order_no_perturbation_reproduces_is_accepted_as_a_near_tie():
+    metric = tied_metric()
+    r = 40
+    want, pairs, got = tied_order(metric, r)
+    assert len(pairs) >= 20 and not torch.equal(got, want)  # 20+ independent ties: 32 random trials reproduce none whole
+    assert not torch.equal(TOME.torch_op(metric, r, 0, False), got)
+    assert accepted(metric, r, 0, False, got)
+
+
+def test_an_unmerged_order_off_by_more_than_the_tie_tolerance_is_refused():
+    """Two unmerged tokens from different groups (scores 1e-3 or more apart) swapped: a wrong slot."""
+    metric = tied_metric()
+    r = 40
+    want = tome_dest(metric, r, 0, False)
+    best = scores(metric).max(-1).values
+    order = unmerged_in_order(want, metric, r, 0)
+    x, y = next((x, y) for x, y in zip(order, order[1:], strict=False) if best[x] - best[y] > 1e-3)
+    _, pairs, tied = tied_order(metric, r)
+    assert not accepted(metric, r, 0, False, swapped(want, [(x, y)]))
+    assert not accepted(metric, r, 0, False, swapped(tied, [(x, y)]))  # ties elsewhere do not excuse it
+
+
+def test_a_token_merged_into_a_partner_below_its_best_is_refused():
+    metric = tied_metric()
+    r = 40
+    want = tome_dest(metric, r, 0, False)
+    s = scores(metric)
+    n = metric.shape[1]
+    _, b_slot = tome_slots((n + 1) // 2, n // 2, r, 0)
+    src = [a for a in range(s.shape[0]) if int(want[0, 2 * a]) in b_slot]
+    a = src[0]
+    worse = int(torch.argmin(s[a]))  # its worst partner, far below its best
+    assert s[a].max() - s[a, worse] > 1e-2
+    got = want.clone()
+    got[0, 2 * a] = b_slot[worse]
+    assert not accepted(metric, r, 0, False, got)
+
+
+def test_a_merged_token_kept_and_an_unmerged_one_merged_across_a_clear_gap_is_refused():
+    """The r best-matched tokens merge: exchanging a merged one with an unmerged one scoring 1e-3 lower is an error."""
+    metric = tied_metric()
+    r = 40
+    want = tome_dest(metric, r, 0, False)
+    best = scores(metric).max(-1).values
+    order = unmerged_in_order(want, metric, r, 0)
+    n = metric.shape[1]
+    _, b_slot = tome_slots((n + 1) // 2, n // 2, r, 0)
+    src = [a for a in range(len(best)) if int(want[0, 2 * a]) in b_slot]
+    a = min(src, key=lambda i: best[i])
+    u = next(u for u in order if best[a] - best[u] > 1e-3)
+    got = want.clone()
+    got[0, 2 * u] = b_slot[int(scores(metric)[u].argmax())]  # u merged into its own best partner
+    got[0, 2 * a] = want[0, 2 * u]  # a takes u's unmerged slot
+    assert not accepted(metric, r, 0, False, got)
+
+
+@pytest.mark.parametrize("protected", [1, 2])
+def test_a_protected_token_merged_or_merged_into_is_refused(protected):
+    """With a class token (ToMe then keeps the unmerged tokens in index order): the class token (A0) may not merge, a
+    protected B token (protected=2: B0) may not take a merge, however tied the scores are."""
+    metric = tied_metric()
+    metric[0, 0] = metric[0, 2]  # the class token is a copy of a tied token: its score would tie if it were not protected
+    r = 40
+    want = tome_dest(metric, r, protected, True)
+    n = metric.shape[1]
+    unm_slot, b_slot = tome_slots((n + 1) // 2, n // 2, r, protected)
+    src = [a for a in range(n // 2) if int(want[0, 2 * a]) in b_slot[protected // 2 :]]
+    if protected == 1:
+        got = swapped(want, [(0, src[0])])  # the class token merged, a source kept in the class token's slot
+    else:
+        got = want.clone()
+        got[0, 2 * src[0]] = b_slot[0]  # a source merged into the protected B0
+    assert not torch.equal(got, want)
+    assert not accepted(metric, r, protected, True, got)
+
+
+def test_the_proof_answers_where_every_unprotected_token_merges():
+    """r = Na - protected A tokens: no unprotected token stays unmerged (ToMe's cap). A tied partner swap is accepted and
+    no exception escapes (the proof took the max of an empty list there)."""
+    gen = torch.Generator().manual_seed(1)
+    b = torch.randn(4, 8, generator=gen)
+    b[3] = b[2]  # two identical B tokens: a source matched to either ties exactly
+    a = torch.randn(5, 8, generator=gen)
+    a[4] = b[2] * 2 + 1e-3 * torch.randn(8, generator=gen)
+    metric = torch.empty(1, 9, 8)
+    metric[0, ::2], metric[0, 1::2] = a, b
+    want = tome_dest(metric, 4, 1, True)
+    _, b_slot = tome_slots(5, 4, 4, 1)
+    got = want.clone()
+    got[0, 8] = b_slot[3] if int(want[0, 8]) == b_slot[2] else b_slot[2]
+    assert not torch.equal(got, want)
+    assert TOME.near_tie(metric, 4, 1, True, got) is True
+
+
+def test_an_order_that_drifts_by_more_than_the_tolerance_across_ties_is_refused():
+    """Each neighbour within the tolerance is not enough: three unmerged tokens whose best scores are 0.75e-5 apart,
+    kept in ascending order, put the first 1.5e-5 (more than the tolerance) below the last."""
+    cosines = [0.9, 0.9 + 0.75e-5, 0.9 + 1.5e-5]
+    a = torch.tensor([[c, (1 - c * c) ** 0.5, 0.0] for c in cosines], dtype=torch.float64)
+    b = torch.tensor([[1.0, 0.0, 0.0], [-1.0, 0.0, 0.0], [0.0, 0.0, 1.0]], dtype=torch.float64)
+    metric = torch.empty(1, 6, 3, dtype=torch.float64)
+    metric[0, ::2], metric[0, 1::2] = a, b
+    metric = metric.float()
+    want = tome_dest(metric, 0, 0, False)  # r=0: only the order counts
+    assert unmerged_in_order(want, metric, 0, 0) == [2, 1, 0]
+    ascending = swapped(want, [(0, 2)])
+    assert unmerged_in_order(ascending, metric, 0, 0) == [0, 1, 2]
+    assert not TOME.near_tie(metric, 0, 0, False, ascending)
+    assert TOME.near_tie(metric, 0, 0, False, swapped(want, [(0, 1)]))  # one neighbour swapped: within the tolerance
