@@ -8,6 +8,8 @@ perturbations never reproduce whole. The metrics here are made to tie: groups of
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -189,3 +191,36 @@ def test_an_order_that_drifts_by_more_than_the_tolerance_across_ties_is_refused(
     assert unmerged_in_order(ascending, metric, 0, 0) == [0, 1, 2]
     assert not TOME.near_tie(metric, 0, 0, False, ascending)
     assert TOME.near_tie(metric, 0, 0, False, swapped(want, [(0, 1)]))  # one neighbour swapped: within the tolerance
+
+
+def test_a_wrong_choice_after_a_proven_flip_is_refused(exported, tmp_path):
+    """The fp16 MCTF digits ViT on noise images flips near-ties naturally (about a third of them, each proven); its last
+    MctfMatch is tampered to match for real (tau_sim 0.02). An image that flipped at a tie before that call was called
+    explained when only the first different call was proven: the replay took the wrong choice along."""
+    import json
+    import shutil
+
+    import onnx
+
+    from deploytk.data import synthetic_batches
+    from deploytk.exporter.artifacts import write_manifest
+    from deploytk.exporter.manifest import sha256_file
+    from deploytk.validate.validator import FLIPS_CHECK, Tolerances, validate
+
+    from helpers import DIGITS_INPUT
+
+    bad = Path(shutil.copytree(exported("digits_vit_mctf_r4", precision="fp16"), tmp_path / "bad"))
+    model = onnx.load(str(bad / "model.onnx"))
+    last = [n for n in model.graph.node if n.op_type == "MctfMatch"][-1]
+    next(a for a in last.attribute if a.name == "tau_sim").f = 0.02
+    onnx.save(model, str(bad / "model.onnx"))
+    manifest = json.loads((bad / "manifest.json").read_text())
+    manifest["onnx"]["sha256"] = sha256_file(bad / "model.onnx")
+    write_manifest(bad, manifest)  # sealed again: the edit is what is tested
+
+    report = validate(bad, "ort", synthetic_batches(16, 8, DIGITS_INPUT), Tolerances.for_precision("fp16"))
+    flips = report.branch_flips
+    assert flips and not report.passed and not report.checks[FLIPS_CHECK]
+    assert not any(f["explained"] for f in flips)
+    # an image that flipped at a proven tie before the tampered call is refused there, at the call that is wrong
+    assert any(f["call"] < f["first_unproven_call"] for f in flips)
