@@ -152,10 +152,15 @@ class Artifact:
         rtol: float | None = None,
         min_cosine: float | None = None,
         min_top1_agreement: float | None = None,
+        max_flipped_choices: float | None = None,
         max_branch_flips: float | None = None,
         progress: Progress | None = None,
     ) -> ValidationReport:
-        """Compare each backend's outputs with the fp32 PyTorch reference (run once); tolerances default by precision."""
+        """Compare each backend's outputs with the fp32 PyTorch reference (run once); tolerances default by precision.
+
+        ``max_flipped_choices``: the largest share of matching decisions (one per token per matching op per image) that
+        may differ from the reference's at proven near-ties. ``max_branch_flips`` (deprecated, judged only where given):
+        the largest share of images that may."""
         reports, _ = run_validations(
             self.directory,
             list(_backends(backend)),  # a list of str | Backend, as run_validations takes
@@ -167,6 +172,7 @@ class Artifact:
             rtol=rtol,
             min_cosine=min_cosine,
             min_top1_agreement=min_top1_agreement,
+            max_flipped_choices=max_flipped_choices,
             max_branch_flips=max_branch_flips,
         )
         return ValidationReport(

@@ -74,11 +74,20 @@ class ValidationReport(Report):
     def reports(self) -> list[dict[str, Any]]:
         return copy.deepcopy(self._data["reports"])
 
+    def _failed_checks(self) -> dict[str, list[str]]:
+        """Backend -> the names of the checks its report failed (empty where it passed)."""
+        return {r["backend"]: [k for k, ok in r["checks"].items() if not ok] for r in self._data["reports"]}
+
     def __repr__(self) -> str:
+        failed = self._failed_checks()
+
+        def verdict(r: dict[str, Any]) -> str:
+            return "passed" if r["passed"] else f"FAILED [{'; '.join(failed[r['backend']])}]"
+
         each = ", ".join(
-            f"{r['backend']}: {'passed' if r['passed'] else 'FAILED'} (max |diff| {r['max_abs_diff']:.3g}, cosine "
-            f"{r['cosine_similarity_min']:.6f}"
+            f"{r['backend']}: {verdict(r)} (max |diff| {r['max_abs_diff']:.3g}, cosine {r['cosine_similarity_min']:.6f}"
             + (f", top-1 {r['top1_agreement']:.3f}" if r.get("top1_agreement") is not None else "")
+            + (f", flipped choices {r['flipped_choices']}/{r['matching_decisions']}" if r.get("flipped_choices") else "")
             + ")"
             for r in self._data["reports"]
         )

@@ -11,7 +11,6 @@ silenced at their sources (``quiet.py``) unless ``deploytk --verbose COMMAND``.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import functools
 import json
@@ -119,7 +118,7 @@ def handle_errors(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        with contextlib.nullcontext() if _run["verbose"] else quiet.third_party_quiet():
+        with quiet.third_party_verbose() if _run["verbose"] else quiet.third_party_quiet():
             return _reported(fn, args, kwargs)
 
     return wrapper
@@ -247,10 +246,15 @@ def validate(
     min_top1_agreement: float | None = typer.Option(
         None, "--min-top1", help="Minimum top-1 agreement, a fraction " + tolerance_defaults("min_top1_agreement")
     ),
+    max_flipped_choices: float | None = typer.Option(
+        None,
+        help="Largest fraction of the matching decisions (one per token per matching op per image) allowed to differ "
+        "from the reference's at proven near-ties " + tolerance_defaults("max_flipped_choices"),
+    ),
     max_branch_flips: float | None = typer.Option(
         None,
-        help="Largest fraction of images allowed to take a different matching/selection choice at a proven near-tie "
-        + tolerance_defaults("max_branch_flips"),
+        help="Deprecated (goes in the next release; judged only where given): largest fraction of images allowed to "
+        "take a different matching/selection choice at a proven near-tie.",
     ),
     json_out: bool = JSON,
 ):
@@ -259,10 +263,12 @@ def validate(
     The reference is the fp32 PyTorch model; default tolerances depend on the artifact's
     export.precision (in brackets below).
 
-    An image outside tolerance on a model with matching/selection ops is diagnosed: if the
-    backend's first different choice was made on inputs equal to the reference's within
-    tolerance, and the reference replayed with the backend's choices matches it, the image
-    counts as a near-tie branch flip (listed in the report) and is checked against the replay.
+    An image outside tolerance on a model with matching/selection ops is diagnosed: if each of
+    the backend's different choices was made on inputs equal to the reference's within
+    tolerance and is the op's own choice up to float32-rounding ties, and the reference replayed
+    with the backend's choices matches it, the image counts as a near-tie branch flip (listed in
+    the report) and is checked against the replay; the flipped decisions' share of all matching
+    decisions is bounded by --max-flipped-choices.
     """
     from deploytk.api import load
 
@@ -271,6 +277,7 @@ def validate(
         "rtol": rtol,
         "min_cosine": min_cosine,
         "min_top1_agreement": min_top1_agreement,
+        "max_flipped_choices": max_flipped_choices,
         "max_branch_flips": max_branch_flips,
     }
     with RichProgress() as progress:

@@ -19,10 +19,31 @@ VALIDATING_BACKEND_NAMES = ("ort", "ort-cuda", "openvino", "trt")
 DEFAULT_BACKEND = "ort"
 #: deploytk.validate.validator.PRECISION_TOLERANCES, as {precision: {field: value}}
 PRECISION_TOLERANCES = {
-    "fp32": {"atol": 1e-4, "rtol": 1e-4, "min_cosine": 0.99999, "min_top1_agreement": 1.0, "max_branch_flips": 0.1},
-    "fp16": {"atol": 5e-2, "rtol": 5e-2, "min_cosine": 0.999, "min_top1_agreement": 0.99, "max_branch_flips": 0.5},
-    "bf16": {"atol": 2e-1, "rtol": 2e-1, "min_cosine": 0.995, "min_top1_agreement": 0.98, "max_branch_flips": 0.5},
-    "int8": {"atol": 0.1, "rtol": 0.0, "min_cosine": 0.95, "min_top1_agreement": 0.9, "max_branch_flips": 1.0},
+    "fp32": {
+        "atol": 1e-4,
+        "rtol": 1e-4,
+        "min_cosine": 0.99999,
+        "min_top1_agreement": 1.0,
+        "max_flipped_choices": 1e-2,
+        "max_branch_flips": None,
+    },
+    "fp16": {
+        "atol": 5e-2,
+        "rtol": 5e-2,
+        "min_cosine": 0.999,
+        "min_top1_agreement": 0.99,
+        "max_flipped_choices": 5e-2,
+        "max_branch_flips": None,
+    },
+    "bf16": {
+        "atol": 2e-1,
+        "rtol": 2e-1,
+        "min_cosine": 0.995,
+        "min_top1_agreement": 0.98,
+        "max_flipped_choices": 5e-2,
+        "max_branch_flips": None,
+    },
+    "int8": {"atol": 0.1, "rtol": 0.0, "min_cosine": 0.95, "min_top1_agreement": 0.9, "max_flipped_choices": 1.0, "max_branch_flips": None},
 }
 #: deploytk.quantize.DEFAULT_CALIBRATION_IMAGES
 DEFAULT_CALIBRATION_IMAGES = 300

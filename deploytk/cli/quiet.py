@@ -4,9 +4,10 @@ A successful run should print deploytk's own lines only (issue 41). What reached
 quantizer's "Please consider pre-processing" (``logging.warning`` on the root logger), torch's "No CUDA runtime is
 found" (logger ``torch.utils.cpp_extension``, on a machine with a CUDA toolkit and no GPU), Polygraphy's ``[W]`` /
 ``[E]`` lines (its comparator's, on a validation that passes by explained near-tie flips: deploytk's report says
-what they said). Only records and warnings below ERROR that these libraries raise are dropped: deploytk's own
-warnings and every error stay, and nothing is filtered by its text. Library users keep the libraries' defaults:
-only the CLI calls ``quiet_third_party``.
+what they said; `validate` itself now hides them from every caller, ``COMPARATOR_LOG``, and --verbose lets them
+through). Only records and warnings below ERROR that these libraries raise are dropped: deploytk's own warnings and
+every error stay, and nothing is filtered by its text. Library users keep the libraries' defaults: only the CLI calls
+``third_party_quiet``.
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ THIRD_PARTY = (
     "fvcore",
     "iopath",
 )
+
+
+#: deploytk.validate.validator.COMPARATOR_LOG's name: where it is enabled for DEBUG, `validate` lets Polygraphy's comparator
+#: lines (its own FAILED verdict, which deploytk's may overrule at a proven near-tie) through; only --verbose enables it
+COMPARATOR_LOG = "deploytk.validate.comparator"
 
 
 def _package_folders() -> tuple[str, ...]:
@@ -93,3 +99,16 @@ def third_party_quiet():
             root.removeFilter(records)
             for name, logger in loggers.items():
                 logger.setLevel(levels[name])
+
+
+@contextlib.contextmanager
+def third_party_verbose():
+    """``deploytk --verbose``: the libraries' warnings keep their defaults, and `validate` shows Polygraphy's comparator
+    lines too (the library hides them from every caller unless asked, ``COMPARATOR_LOG``); put back on exit."""
+    logger = logging.getLogger(COMPARATOR_LOG)
+    level = logger.level
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)

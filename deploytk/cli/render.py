@@ -238,8 +238,8 @@ def validations(directory: Path, report: dict, real_images: bool, json_out: bool
     for each in reports:
         validation(directory, each, real_images)
     if len(reports) > 1:
-        failed = [r["backend"] for r in reports if not r["passed"]]
-        verdict = f"[bold red]FAIL[/] on {', '.join(failed)}" if failed else "[bold green]PASS[/] on every backend"
+        failed = [f"{r['backend']} ({failed_checks(r)})" for r in reports if not r["passed"]]
+        verdict = f"[bold red]FAIL[/] on {'; '.join(failed)}" if failed else "[bold green]PASS[/] on every backend"
         out_console.print(f"{verdict} ({', '.join(report['backends'])}; the reference ran once)")
 
 
@@ -261,6 +261,18 @@ def validation(directory: Path, report: dict, real_images: bool) -> None:
         table.add_row("top-1 agreement", f"{100 * report['top1_agreement']:.2f}%", "")
         counted = f"{100 * report['top1_agreement_counted']:.2f}%"
         table.add_row("  counting only flips outside tolerance", counted, f">= {100 * tol['min_top1_agreement']:.2f}%")
+    if report["matching_decisions"] and not int8:  # int8 judges every choice on the runtime's inputs instead
+        table.add_row(
+            "flipped matching decisions",
+            f"{report['flipped_choices']:,} of {report['matching_decisions']:,} ({_percent(report['flipped_choice_fraction'])})",
+            f"<= {_percent(tol['max_flipped_choices'])}",
+        )
+    if tol["max_branch_flips"] is not None:
+        table.add_row(
+            "images with branch flips (deprecated bound)",
+            f"{len(report['branch_flips'])} of {report['num_images']}",
+            f"<= {_percent(tol['max_branch_flips'])}",
+        )
     out_console.print(table)
     if report["emulation"]:
         out_console.print(f"[yellow]note:[/] {report['emulation']}.")
@@ -275,8 +287,12 @@ def validation(directory: Path, report: dict, real_images: bool) -> None:
                 "[yellow]note:[/] a low-precision graph flips near-ties far more often on the synthetic noise "
                 "images than on real ones; validate with --images DIR for a representative answer."
             )
-    failed = ", ".join(k for k, v in report["checks"].items() if not v)
-    out_console.print("[bold green]PASS[/]" if report["passed"] else f"[bold red]FAIL[/]: {failed}")
+    out_console.print("[bold green]PASS[/]" if report["passed"] else f"[bold red]FAIL[/]: {failed_checks(report)}")
+
+
+def failed_checks(report: dict) -> str:
+    """The checks one backend's report failed, by name: what its summary line says."""
+    return escape(", ".join(k for k, v in report["checks"].items() if not v))
 
 
 def _int8_choices(report: dict) -> None:
@@ -316,19 +332,27 @@ def _top1_flips(report: dict) -> None:
         )
 
 
+def _percent(fraction: float) -> str:
+    """A share as a percentage with two significant digits (0.0068% of a video's decisions, 50% of the images)."""
+    return f"{100 * fraction:.2g}%"
+
+
 def _branch_flips(report: dict) -> None:
-    columns = ("image", "first flip", "moved", "input Δ", "op agrees", "replay Δ", "near-tie")
+    columns = ("image", "first flip", "moved", "input Δ", "op agrees", "calls", "decisions", "replay Δ", "near-tie")
     flips = _table("images that took a different matching/selection choice than the reference", columns)
     for f in report["branch_flips"]:
         where = f"{f['op']} #{f['call']}" if f["op"] else "none (same choices)"
+        unproven = f.get("first_unproven_call")
         flips.add_row(
             str(f["image"]),
             where,
             str(f["tokens_changed"]),
             f"{f['input_rel_diff']:.1e}",
             "yes" if f["op_reproduces_backend"] else "no",
+            str(f["calls_flipped"]),
+            str(f["choices_flipped"]),
             f"{f['replay_max_abs_diff']:.1e}",
-            "[green]yes[/]" if f["explained"] else "[red]no[/]",
+            "[green]yes[/]" if f["explained"] else "[red]no[/]" + ("" if unproven is None else f" (#{unproven} unproven)"),
         )
     out_console.print(flips)
     sb = report["same_branch"]

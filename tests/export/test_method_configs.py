@@ -56,8 +56,9 @@ def cli_export(config: Path, tmp_path: Path) -> tuple[Path, dict]:
 
 def export_and_validate(out: Path, manifest: dict):
     """The graph keeps the deploytk ops, and `validate` on 16 images passes as ``check_report`` asks."""
-    # random weights tie often: of 16 images DeiT-T MCTF r=8 has 2 proven flips (12.5%) where the default cap is 10%
-    result = runner.invoke(app, ["validate", str(out), "--num-images", "16", "--max-branch-flips", "0.25", "--json"])
+    # random weights tie often (of 16 images DeiT-T MCTF r=8 has 2 proven flips): the default bound, a share of the
+    # matching decisions, takes them (it once took --max-branch-flips 0.25: 12.5% of the images, over the 10% image cap)
+    result = runner.invoke(app, ["validate", str(out), "--num-images", "16", "--json"])
     (report,) = json.loads(result.stdout)["reports"]  # --json: passed, backends, one report per backend
     check_report(out, manifest, report, result.exit_code, result.output)
     return manifest
