@@ -5,7 +5,6 @@ them in memory, or reads model.inlined.onnx where the export wrote one. Its numb
 the PyTorch reference (validate) and to ONNX Runtime on the same file.
 """
 
-import io
 import json
 import shutil
 
@@ -188,27 +187,13 @@ def test_eval_on_openvino(tmp_path):
 
 def _ov_single_node(op_name: str, inputs: dict, **attrs):
     """One deploytk node (its function inlined) read, made tie-stable and compiled as the OpenVINO backend does."""
-    import openvino
-    from onnx import TensorProto, helper
+    from onnx import TensorProto
 
-    from deploytk.backends.openvino_backend import stable_topk
-    from deploytk.exporter.inline import inline_deploytk_functions
-    from deploytk.ops import OPS, PLUGIN_ATTRIBUTES
+    from helpers.bodies import body_model, openvino_compiled
 
-    node = helper.make_node(op_name, list(inputs), ["dest"], domain="deploytk", **attrs, **PLUGIN_ATTRIBUTES)
-    graph = helper.make_graph(
-        [node],
-        "g",
-        [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape)) for k, v in inputs.items()],
-        [helper.make_tensor_value_info("dest", TensorProto.INT64, None)],
-    )
-    opsets = [helper.make_opsetid("", 18), helper.make_opsetid("deploytk", 1)]
-    proto = helper.make_model(graph, functions=[OPS[op_name].onnx_function.to_function_proto()], opset_imports=opsets)
-    proto.ir_version = 10
-    core = openvino.Core()
-    model = core.read_model(io.BytesIO(inline_deploytk_functions(proto).SerializeToString()))
-    assert stable_topk(model) >= 1
-    return core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    compiled, stabilized = openvino_compiled(body_model(op_name, inputs, [TensorProto.INT64], 2, static_batch=True, **attrs))
+    assert stabilized >= 1
+    return compiled
 
 
 @pytest.mark.parametrize("k", [0, 2])  # even draws: 8 score levels, sizes 1..4: exact ties everywhere

@@ -1,35 +1,21 @@
 """Each deploytk op's ONNX function body against its torch op: on ONNX Runtime, and TokenAggregate's on OpenVINO too."""
 
 import numpy as np
-import onnx
-import onnxruntime as ort
 import pytest
 import torch
-from onnx import TensorProto, helper
+from onnx import TensorProto
 
 import deploytk.ops  # noqa: F401
 from deploytk.errors import DeploytkError
-from deploytk.ops import OPS, PLUGIN_ATTRIBUTES
 
 from helpers.aggregate import aggregate_model, aggregate_runner
+from helpers.bodies import body_model, ort_session
 
 
 def run_single_node(op_name: str, inputs: dict[str, np.ndarray], n_out: int, **attrs) -> list[np.ndarray]:
     """A one-node model calling the op's local function, as the exporter writes it."""
-    fn = OPS[op_name].onnx_function.to_function_proto()
     rank = next(iter(inputs.values())).ndim
-    node = helper.make_node(op_name, list(inputs), [f"out{i}" for i in range(n_out)], domain="deploytk", **attrs, **PLUGIN_ATTRIBUTES)
-    graph = helper.make_graph(
-        [node],
-        "g",
-        [helper.make_tensor_value_info(k, TensorProto.FLOAT, ["batch", *v.shape[1:]]) for k, v in inputs.items()],
-        [helper.make_tensor_value_info(f"out{i}", TensorProto.FLOAT, [None] * rank) for i in range(n_out)],
-    )
-    model = helper.make_model(graph, functions=[fn], opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("deploytk", 1)])
-    model.ir_version = 10
-    onnx.checker.check_model(model, full_check=True)
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return sess.run(None, inputs)
+    return ort_session(body_model(op_name, inputs, [TensorProto.FLOAT] * n_out, rank, **attrs)).run(None, inputs)
 
 
 @pytest.mark.parametrize("batch,heads,n,d", [(2, 6, 197, 64), (3, 3, 50, 16)])

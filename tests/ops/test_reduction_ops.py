@@ -3,35 +3,23 @@
 import math
 
 import numpy as np
-import onnx
-import onnxruntime as ort
 import pytest
 import torch
-from onnx import TensorProto, helper
+from onnx import TensorProto
 
 import deploytk.ops  # noqa: F401
 from deploytk.errors import DeploytkError
-from deploytk.ops import OPS, PLUGIN_ATTRIBUTES
+from deploytk.ops import OPS
 from deploytk.ops.tome_match.reference import merge_tokens
+
+from helpers.bodies import body_model, ort_session
 
 ops = torch.ops.deploytk
 
 
 def node_session(op_name, inputs: dict, out_type, out_rank, **attrs):
     """A session for a one-node model calling the op's local function, as the exporter writes it."""
-    fn = OPS[op_name].onnx_function.to_function_proto()
-    node = helper.make_node(op_name, list(inputs), ["out"], domain="deploytk", **attrs, **PLUGIN_ATTRIBUTES)
-
-    def info(k, v):
-        return helper.make_tensor_value_info(k, TensorProto.INT64 if v.dtype == np.int64 else TensorProto.FLOAT, ["batch", *v.shape[1:]])
-
-    graph = helper.make_graph(
-        [node], "g", [info(k, v) for k, v in inputs.items()], [helper.make_tensor_value_info("out", out_type, [None] * out_rank)]
-    )
-    model = helper.make_model(graph, functions=[fn], opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("deploytk", 1)])
-    model.ir_version = 10
-    onnx.checker.check_model(model, full_check=True)
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return ort_session(body_model(op_name, inputs, [out_type], out_rank, **attrs))
 
 
 def run_node(op_name, inputs: dict, out_type, out_rank, **attrs):
