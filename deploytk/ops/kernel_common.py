@@ -109,17 +109,18 @@ def row_warps(block_n: int) -> int:
 
 @triton.jit
 def unit_rows(metric_ptr, row0, tok, ok, D, BLOCK_D: tl.constexpr, ROWS: tl.constexpr):
-    """1 / ||metric[tok]|| for a block of token rows (fp32)."""
+    """1 / ||metric[tok]|| for a block of token rows (fp32); 1 for a zero-length row, which so stays zero: its cosine
+    to every token is 0, not 0 * inf = NaN (the tie rule, ``deploytk.ops.ties``)."""
     sq = tl.zeros((ROWS,), dtype=tl.float32)
     for d0 in range(0, D, BLOCK_D):
         d = d0 + tl.arange(0, BLOCK_D)
         v = tl.load(metric_ptr + (row0 + tok[:, None]) * D + d[None, :], mask=ok[:, None] & (d[None, :] < D), other=0.0).to(tl.float32)
         sq += tl.sum(v * v, axis=1)
-    # padding rows: 1, not inf (their scores are masked). IEEE-rounded sqrt and division (a compiled
+    # padding and zero rows: 1, not inf (padding scores are masked). IEEE-rounded sqrt and division (a compiled
     # plain sqrt and / are the GPU's approximations); the sums' order still differs from the
     # reference's, so cosines can differ by an ulp or so and only near-ties can flip -- what
     # selftest's tie checks accept, and no more.
-    return tl.div_rn(1.0, tl.sqrt_rn(tl.where(ok, sq, 1.0)))
+    return tl.div_rn(1.0, tl.sqrt_rn(tl.where(ok & (sq > 0.0), sq, 1.0)))
 
 
 @triton.jit

@@ -16,8 +16,10 @@ def protected_split(protected: int) -> tuple[int, int]:
 
 
 def unit_rows(metric: torch.Tensor) -> torch.Tensor:
-    """Rows scaled to unit L2 norm (the cosine-similarity metric)."""
-    return metric / metric.norm(dim=-1, keepdim=True)
+    """Rows scaled to unit L2 norm (the cosine-similarity metric); a zero-length row stays zero, so its cosine to
+    every token is 0 rather than NaN (the tie rule, ``deploytk.ops.ties``)."""
+    norm = metric.norm(dim=-1, keepdim=True)
+    return metric / torch.where(norm == 0, 1, norm)
 
 
 def inverse_rank(order: torch.Tensor) -> torch.Tensor:

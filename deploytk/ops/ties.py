@@ -1,4 +1,19 @@
-"""When a matching op may choose differently from its reference: near-ties at float32 rounding level.
+"""The tie rule every implementation of a matching op follows, and when one may still choose differently from its
+reference: near-ties at float32 rounding level.
+
+The rule, the same in the references, the ONNX bodies and the Triton kernels (``tests/ops/test_generated_inputs.py``
+holds the bodies to it on generated inputs):
+
+- a zero-length metric row has cosine 0 to every token: it is divided by 1, not by its zero norm (NaN), and stays
+  zero (AST's class and distillation tokens under transformers' own init have zero keys);
+- protected rows and columns are masked by replacement with -inf (``Where``, ``masked_fill``, ``tl.where``), never by
+  an added -inf bias, through which a NaN would reach a max, argmax or TopK;
+- exact ties go to the lower index: ONNX ArgMax's first index, TopK's lower index first (ONNX's rule; OpenVINO's
+  backend makes its TopK stable for it), the references' stable sorts and first maxima;
+- the bodies and kernels decide in fp32 whatever their input type, on the inputs as given.
+
+An exact tie that a runtime's arithmetic rounds apart is a near-tie like any other (ONNX Runtime's ReduceMean gives two
+equal rows different means depending on where they lie in memory).
 
 Matching ops make discrete choices. Two candidates whose scores agree to float32 rounding may
 be ordered either way by any correct implementation (another summation order, a fused

@@ -17,6 +17,7 @@ def DPCKNNAssign(
     one = op.Constant(value_ints=[1])
     last = op.Constant(value_ints=[-1])
     k1 = op.Reshape(op.Constant(value_int=clusters), one)
+    dist = op.Cast(dist, to=1)  # decided in fp32 whatever the input type
     nearest, _ = op.TopK(dist, op.Reshape(op.Constant(value_int=neighbors), one), axis=-1, largest=0, sorted=1)
     density = op.Exp(op.Neg(op.ReduceMean(op.Mul(nearest, nearest), last, keepdims=0)))  # [B, M]
     higher = op.Greater(op.Unsqueeze(density, one), op.Unsqueeze(density, last))  # [B, i, j]: j denser than i

@@ -17,6 +17,8 @@ def KMedoidsSelect(
     """TopK for the first medoids, then a Loop of (ArgMin to the nearest medoid, masked ArgMin of the cost per cluster)."""
     one = op.Constant(value_ints=[1])
     k1 = op.Reshape(op.Constant(value_int=clusters), one)
+    dist = op.Cast(dist, to=1)  # decided in fp32 whatever the input type
+    weight = op.Cast(weight, to=1)
     cost = op.ReduceSum(op.Mul(dist, op.Unsqueeze(weight, op.Constant(value_ints=[-1]))), op.Constant(value_ints=[-1]), keepdims=0)
     _, medoids = op.TopK(weight, k1, axis=-1, largest=1, sorted=1)  # [B, K]
     slots = op.Range(op.Constant(value_int=0), op.Constant(value_int=clusters), op.Constant(value_int=1))  # [K]

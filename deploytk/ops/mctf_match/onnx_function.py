@@ -44,8 +44,12 @@ def MctfMatch(
     pb = op.Div(p1, two)
     n_unm = op.Sub(na, r1)
 
-    # scores = W_sim * W_info * W_size on the alternation split
-    m = op.Div(metric, op.ReduceL2(metric, last, keepdims=1))
+    # scores = W_sim * W_info * W_size on the alternation split, in fp32
+    metric = op.Cast(metric, to=1)
+    received = op.Cast(received, to=1)
+    size = op.Cast(size, to=1)
+    norm = op.ReduceL2(metric, last, keepdims=1)
+    m = op.Div(metric, op.Where(op.Equal(norm, f0), f1, norm))  # a zero row stays zero: cosine 0 (ops/ties.py)
     cos = op.MatMul(op.Slice(m, zero, end, ax1, two), op.Transpose(op.Slice(m, one, end, ax1, two), perm=[0, 2, 1]))
     e_sim = op.Where(op.Greater(op.Constant(value_float=tau_sim), f0), op.Div(f1, op.Constant(value_float=tau_sim)), f0)
     e_info = op.Where(op.Greater(op.Constant(value_float=tau_info), f0), op.Div(f1, op.Constant(value_float=tau_info)), f0)

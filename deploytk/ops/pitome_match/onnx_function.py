@@ -38,8 +38,11 @@ def PiToMeMatch(
     batch = op.Shape(metric, start=0, end=1)
 
     # energy of every patch token, and the patch tokens by descending energy
-    patches = op.Slice(metric, p1, end, ax1)
-    m = op.Div(patches, op.ReduceL2(patches, last, keepdims=1))
+    patches = op.Slice(op.Cast(metric, to=1), p1, end, ax1)  # in fp32 whatever the input type
+    f0 = op.Constant(value_float=0.0)
+    f1 = op.Constant(value_float=1.0)
+    norm = op.ReduceL2(patches, last, keepdims=1)
+    m = op.Div(patches, op.Where(op.Equal(norm, f0), f1, norm))  # a zero row stays zero: cosine 0 (ops/ties.py)
     sim = op.MatMul(m, op.Transpose(m, perm=[0, 2, 1]))  # [B, T, T]
     energy = op.ReduceMean(op.Elu(op.Sub(sim, op.Constant(value_float=margin)), alpha=alpha), last, keepdims=0)
     _, order = op.TopK(energy, t1, axis=-1, largest=1, sorted=1)  # [B, T]

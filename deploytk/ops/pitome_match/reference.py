@@ -83,8 +83,7 @@ def pitome_near_tie(
     n = len(got)
     if got[:protected] != list(range(protected)):
         return False
-    m = metric[0, protected:].double()
-    m = m / m.norm(dim=-1, keepdim=True)
+    m = unit_rows(metric[0, protected:].double())
     sim = m @ m.T
     energy = F.elu(sim - margin, alpha).mean(dim=-1)
     t = n - protected

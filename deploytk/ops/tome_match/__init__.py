@@ -14,7 +14,7 @@ import torch
 
 from deploytk.ops.checks import check_match_args
 from deploytk.ops.flop_rules import alternation_scores_flops
-from deploytk.ops.reference_common import protected_split
+from deploytk.ops.reference_common import protected_split, unit_rows
 from deploytk.ops.spec import INT64, OpSpec, SelftestPlan, floats
 from deploytk.ops.tome_match.onnx_function import ToMeMatch
 from deploytk.ops.tome_match.reference import tome_dest as reference
@@ -51,7 +51,7 @@ def tome_near_ties(metric: torch.Tensor, got: torch.Tensor, r: int, protected: i
     pa, pb = protected_split(protected)
     unm_slot, b_slot = tome_slots(na, nb, r, protected)
     j_of_slot, k_of_slot = {s: j for j, s in enumerate(b_slot)}, {s: k for k, s in enumerate(unm_slot)}
-    m = metric.double() / metric.double().norm(dim=-1, keepdim=True)
+    m = unit_rows(metric.double())
     scores = m[:, ::2] @ m[:, 1::2].transpose(-1, -2)
     scores[:, :pa], scores[:, :, :pb] = -float("inf"), -float("inf")
     best = scores.max(-1).values

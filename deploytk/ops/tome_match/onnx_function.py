@@ -37,17 +37,20 @@ def ToMeMatch(
     nb = op.Div(n1, two)
     n_unm = op.Sub(na, r1)
 
-    # Protected A rows may not be sources, protected B columns not destinations: -inf bias.
+    # Protected A rows may not be sources, protected B columns not destinations: replaced by -inf (ops/ties.py).
     neg_inf = op.Constant(value_float=float("-inf"))
-    zero_f = op.Constant(value_float=0.0)
+    f0 = op.Constant(value_float=0.0)
+    f1 = op.Constant(value_float=1.0)
     row_block = op.Unsqueeze(op.Less(op.Range(s0, op.Squeeze(na), s1), pa), ax1)  # [Na, 1]
     col_block = op.Less(op.Range(s0, op.Squeeze(nb), s1), pb)  # [Nb]
-    protect_bias = op.Where(op.Or(row_block, col_block), neg_inf, zero_f)  # [Na, Nb]
+    blocked = op.Or(row_block, col_block)  # [Na, Nb]
 
-    # Cosine-normalised metric, split by alternation: A = even tokens, B = odd tokens.
-    m = op.Div(metric, op.ReduceL2(metric, last, keepdims=1))
+    # Cosine-normalised metric (in fp32), split by alternation: A = even tokens, B = odd tokens.
+    metric = op.Cast(metric, to=1)
+    norm = op.ReduceL2(metric, last, keepdims=1)
+    m = op.Div(metric, op.Where(op.Equal(norm, f0), f1, norm))  # a zero row stays zero: cosine 0 (ops/ties.py)
     scores = op.MatMul(op.Slice(m, zero, end, ax1, two), op.Transpose(op.Slice(m, one, end, ax1, two), perm=[0, 2, 1]))
-    scores = op.Add(scores, protect_bias)
+    scores = op.Where(blocked, neg_inf, scores)
     node_max = op.ReduceMax(scores, last, keepdims=0)
     node_idx = op.ArgMax(scores, axis=-1, keepdims=0)
     _, edge_idx = op.TopK(node_max, na, axis=-1, largest=1, sorted=1)

@@ -21,6 +21,7 @@ def TopKSelect(
     end = op.Constant(value_ints=[SLICE_END])
     k1 = op.Reshape(op.Constant(value_int=keep), one)
     p1 = op.Reshape(op.Constant(value_int=protected), one)
+    scores = op.Cast(scores, to=1)  # decided in fp32 whatever the input type (exact: fp16 and bf16 values are fp32 values)
     _, order = op.TopK(op.Slice(scores, p1, end, ax1), k1, axis=-1, largest=1, sorted=1)
     cand = op.Expand(op.Constant(value_int=0), op.Shape(op.Slice(scores, p1, end, ax1)))
     picked = op.ScatterElements(cand, order, op.Expand(op.Constant(value_int=1), op.Shape(order)), axis=1)

@@ -30,6 +30,8 @@ def VisionZipSelect(
     step = op.Max(op.Div(remaining_count, c1), one)
 
     # dominant: the protected tokens and the best-scored patches, slots in index order
+    scores = op.Cast(scores, to=1)  # decided in fp32 whatever the input type
+    metric = op.Cast(metric, to=1)
     candidates = op.Slice(scores, p1, end, ax1)
     _, order = op.TopK(candidates, d1, axis=-1, largest=1, sorted=1)
     picked = op.ScatterElements(
@@ -45,7 +47,10 @@ def VisionZipSelect(
     target = op.Where(is_target, op.Div(rank, step), op.Constant(value_ints=[-1]))
 
     # every other remaining token: its most similar target
-    m = op.Div(metric, op.ReduceL2(metric, last, keepdims=1))
+    f0 = op.Constant(value_float=0.0)
+    f1 = op.Constant(value_float=1.0)
+    norm = op.ReduceL2(metric, last, keepdims=1)
+    m = op.Div(metric, op.Where(op.Equal(norm, f0), f1, norm))  # a zero row stays zero: cosine 0 (ops/ties.py)
     sim = op.MatMul(m, op.Transpose(m, perm=[0, 2, 1]))
     sim = op.Where(op.Unsqueeze(is_target, ax1), sim, op.Constant(value_float=float("-inf")))
     joined = op.GatherElements(target, op.ArgMax(sim, axis=-1, keepdims=0), axis=1)
