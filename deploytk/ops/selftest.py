@@ -104,9 +104,18 @@ def match_shapes(interpreter: bool, rng: random.Random) -> list[tuple[int, int, 
     return fixed + [(b, n, d, r or rng.randint(1, (n - p) // 2), p) for b, n, d, r, p in rand]
 
 
+def zero_keys(metric: torch.Tensor, k: int, protected: int) -> torch.Tensor:
+    """On odd draws, zero metric rows: the protected tokens' (AST's class and distillation tokens under transformers'
+    own init have zero keys) and one other token's. Their cosine is 0 to every token (the tie rule, ``ops.ties``)."""
+    if k % 2:
+        metric[:, :protected] = 0.0
+        metric[:, (protected + metric.shape[1]) // 2] = 0.0
+    return metric
+
+
 def _tome_draw(shape: tuple, k: int, rng: random.Random, gen: torch.Generator) -> dict:
     b, n, d, r, p = shape
-    metric = torch.randn(b, n, d, generator=gen)
+    metric = zero_keys(torch.randn(b, n, d, generator=gen), k, p)
     return {"metric": metric, "r": r, "protected": p, "shape": {"B": b, "N": n, "D": d, "r": r, "protected": p}}
 
 
@@ -123,9 +132,10 @@ def selection_shapes(interpreter: bool, rng: random.Random) -> list[tuple[int, i
 
 def _selection_draw(shape: tuple, k: int, rng: random.Random, gen: torch.Generator) -> dict:
     """Scores and sizes take few distinct values, so exact ties occur and the tie rules (lower
-    index / lower size rank first) are checked too; only the metric's arithmetic may flip near-ties."""
+    index / lower size rank first) are checked too; only the metric's arithmetic may flip near-ties.
+    Odd draws have zero metric rows (``zero_keys``)."""
     b, n, d, p = shape
-    metric = torch.randn(b, n, d, generator=gen)
+    metric = zero_keys(torch.randn(b, n, d, generator=gen), k, p)
     levels = 8 if k % 2 == 0 else 1000  # few levels: many exact ties
     scores = torch.randint(1, levels + 1, (b, n), generator=gen).float() / levels
     size = torch.randint(1, 5, (b, n, 1), generator=gen).float()
