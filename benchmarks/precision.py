@@ -7,7 +7,8 @@ tests/export/test_precision.py does), ToMe r=4 in fp16 and bf16 (bf16 emulated: 
 ToMe r=16 in fp16 and MCTF r=4 in fp16; then MCTF r=4 fp16 on 64 seeded synthetic noise images, and DeiT-S ToMe r=16
 fp16 with random weights (near-tie logits) on 64 synthetic images. Per row: max abs diff, min cosine, top-1 agreement,
 top-1 flips (and how many the tolerance explains), near-tie branch flips (a matching choice that flipped, proven by
-replaying the reference with the runtime's choices) and the min cosine against that replayed reference. Writes
+replaying the reference with the runtime's choices), the matching decisions that flipped (one per token per matching op
+per image: what `max_flipped_choices` bounds) and the min cosine against that replayed reference. Writes
 benchmarks/results/precision_<cpu>.json and prints the table.
 
     python benchmarks/precision.py                 # every row (~2 min on 2 cores)
@@ -111,7 +112,10 @@ def measure(key: str, folder: Path, digits: Path | None, num_images: int) -> dic
         "branch_flips": len(flips),
         "branch_flips_explained": sum(f["explained"] for f in flips),
         "cosine_similarity_min_replayed": report.same_branch["cosine_similarity_min"] if report.same_branch else None,
-        "max_branch_flips": tol.max_branch_flips,
+        "matching_decisions": report.matching_decisions,
+        "flipped_choices": report.flipped_choices,
+        "flipped_choice_fraction": report.flipped_choice_fraction,
+        "max_flipped_choices": tol.max_flipped_choices,
         "emulation": report.emulation,
         "checks": report.checks,
         "export_seconds": round(export_seconds, 1),
@@ -131,12 +135,22 @@ def schedule(row: dict) -> str:
     return f" (capped: {','.join(map(str, shown))}{',...' if len(shown) < len(rs) else ''})"
 
 
+def share(row: dict) -> str:
+    """The flipped matching decisions and their share, with the bound: '86 of 31,680 = 0.27% (<= 5%)'."""
+    if row.get("matching_decisions") is None:  # a run from before the bound was a share of the decisions
+        return "-"
+    bound = f"(<= {100 * row['max_flipped_choices']:.2g}%)"
+    if not row["flipped_choices"]:
+        return f"0 {bound}"
+    return f"{row['flipped_choices']} of {row['matching_decisions']:,} = {100 * row['flipped_choice_fraction']:.2g}% {bound}"
+
+
 def markdown(result: dict) -> str:
     """One row per export and image set: the differences from the fp32 reference on ONNX Runtime's CPU provider."""
     lines = [
         "| graph on ORT CPU | images | max abs diff | min cosine | top-1 agreement | top-1 flips "
-        "| near-tie branch flips (proven) | min cosine, replayed on the runtime's choices | validate |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| near-tie branch flips (proven) | flipped decisions (bound) | min cosine, replayed on the runtime's choices | validate |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in result["rows"]:
         flips = f"{row['branch_flips']} ({row['branch_flips_explained']})" if row["branch_flips"] else "0"
@@ -146,7 +160,7 @@ def markdown(result: dict) -> str:
             top1 += f" ({row['top1_flips_within_tolerance']} within tolerance)"
         lines.append(
             f"| {row['label']}{schedule(row)} | {row['num_images']} {IMAGE_NAMES[row['images']]} | {exponent(row['max_abs_diff'])} "
-            f"| {row['cosine_similarity_min']:.7f} | {100 * row['top1_agreement']:.1f}% | {top1} | {flips} | {replayed} "
+            f"| {row['cosine_similarity_min']:.7f} | {100 * row['top1_agreement']:.1f}% | {top1} | {flips} | {share(row)} | {replayed} "
             f"| {'PASS' if row['passed'] else 'FAIL'} |"
         )
     return "\n".join(lines)

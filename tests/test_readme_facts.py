@@ -172,8 +172,10 @@ def test_the_precision_table_and_its_figures_are_the_committed_run():
     mctf, noise, deit = rows["mctf_r4_fp16"], rows["mctf_r4_fp16_noise"], rows["deit_s_tome_r16_fp16"]
     assert mctf["branch_flips"] == mctf["branch_flips_explained"] == 1 and "on the same digits: 1 proven near-tie flip" in text
     assert noise["images"] == "synthetic" and f"on {noise['num_images']} synthetic noise images: {noise['branch_flips']}, which" in text
-    assert f"flip budget (`max_branch_flips`) is {100 * noise['max_branch_flips']:.0f}%" in text
-    assert noise["branch_flips"] <= noise["max_branch_flips"] * noise["num_images"]
+    share = f"move {noise['flipped_choices']} of the {noise['matching_decisions']:,} matching decisions"
+    assert f"{share} ({100 * noise['flipped_choice_fraction']:.2g}%)" in text
+    assert f"bound on that share (`max_flipped_choices`) is {100 * noise['max_flipped_choices']:.0f}%" in text
+    assert noise["flipped_choices"] <= noise["max_flipped_choices"] * noise["matching_decisions"]
     assert deit["branch_flips"] == deit["branch_flips_explained"] and deit["images"] == "synthetic"
     assert (
         f"on {deit['num_images']} synthetic images: {deit['branch_flips']} flips, all proven, min cosine "
