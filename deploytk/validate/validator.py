@@ -79,8 +79,9 @@ INT8_ATOL, INT8_RTOL, INT8_MIN_COSINE, INT8_MIN_TOP1 = 0.1, 0.0, 0.95, 0.9
 #: VideoMAE-B (transformers' default init) ToMe r=64 on 2 real clips with flat colour areas, 29,184 decisions: 0.048% /
 #: 0.069% (2 / 2 clips; 6-10 decisions a clip, in 3-4 of its 12 calls); PiToMe, where one tied swap in the energy order
 #: moves every later match (15-211 decisions a flip): DeiT-T 0.12% / 0.09% (2 / 2), DeiT-S 0.12% / 0.17% (3 / 3), DINOv2-S
-#: with registers 0.33% / 0.13% (4 / 2), DINOv2-B 0.15% / 0.12% (4 / 3). So fp32 allows 1%, 3x the largest. fp16: the digits ViT ToMe r=4 on 64 validation digits 0, MCTF r=4 6.3e-5 / 0
-#: (1 / 0) and on noise 0.27% / 0.03% (22 / 5); DeiT-S ToMe r=16 0.16% / 0.06% (7 / 3). bf16 (ONNX Runtime, emulated):
+#: with registers 0.33% / 0.13% (4 / 2), DINOv2-B 0.15% / 0.12% (4 / 3). So fp32 allows 1%, 3x the largest.
+#: fp16: the digits ViT ToMe r=4 on 64 validation digits 0, MCTF r=4 6.3e-5 / 0 (1 / 0) and on noise 0.27% / 0.03%
+#: (22 / 5); DeiT-S ToMe r=16 0.16% / 0.06% (7 / 3). bf16 (ONNX Runtime, emulated):
 #: the digits ViT ToMe r=4 on digits 0 and on noise 0.12% (5), MCTF r=4 on digits 0 and on noise 1.2% (11: a flipped
 #: noise image moves 23-58 of its 495 decisions, in 6-10 of its 11 calls); DeiT-S ToMe r=16 0. So fp16 and bf16 allow
 #: 5%, 4x bf16's largest (PiToMe's amplification in fp16 or bf16 was not measured). Any number may flip in int8.
