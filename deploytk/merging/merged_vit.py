@@ -255,6 +255,15 @@ def _checked_output(output: OutputSpec, family: ModelFamily, reduction: Reductio
             f"`export.output: logits` needs a classifier head; {family.architecture} has none.",
             hint=f"Use `export.output: embedding` (its {family.embedding_name}), `patch_features` or `tokens`.",
         )
+    reduces = reduction.schedule.tokens_out != reduction.num_tokens
+    if kind in ("logits", "embedding") and family.pool == "" and reduces:
+        raise DeploytkError(
+            f"{family.architecture} pools nothing (`global_pool=''`): its output ({kind}) is one row per token, and method "
+            f"{reduction.name} leaves {reduction.schedule.tokens_out} of its {reduction.num_tokens} tokens, so the rows would "
+            "no longer be the model's.",
+            hint="Use `export.output: tokens` (the reduced tokens with their sizes) or `export.output: patch_features` (a "
+            "feature per patch of the full grid), or build the model with a pooling head (global_pool='token', 'avg', ...).",
+        )
     if output.follows_patches and reduction.soft_assignment:
         what = "patch_features" if kind == "patch_features" else "`export.token_map`"
         raise DeploytkError(

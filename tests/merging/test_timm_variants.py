@@ -187,3 +187,25 @@ def test_a_model_built_without_create_model_is_read_back_from_its_modules():
             torch.testing.assert_close(rebuilt_from_recipe(held)(x), vit(x), rtol=0, atol=1e-6)
     finally:
         held.close()
+
+
+@pytest.mark.parametrize("num_classes", [0, 5])
+def test_a_model_that_pools_nothing_is_refused_at_export_unless_a_dense_output_is_asked(num_classes, tmp_path):
+    """global_pool='': the model's output is one row per token (17 here); a reduced graph has fewer rows, which are not the
+    model's (export wrote [batch, 13, C] and called it the model's logits or embedding). Refused at export with what to
+    ask instead, nothing written; the dense outputs it names export and validate."""
+    import deploytk
+
+    vit = timm.create_model(
+        "vit_tiny_patch16_224", img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2, num_classes=num_classes, global_pool=""
+    )
+    with pytest.raises(
+        DeploytkError, match=r"pools nothing \(`global_pool=''`\): its output \((logits|embedding)\) is one row per token"
+    ) as err:
+        deploytk.export(vit, tmp_path / "out", method="tome", r=2)
+    assert "`export.output: tokens`" in str(err.value) and not (tmp_path / "out").exists()
+    with torch.no_grad():  # without reduction the rows are the model's own
+        torch.testing.assert_close(deploytk.patch(vit, "tome", r=0)(images(vit)), vit.eval()(images(vit)), rtol=1e-5, atol=1e-5)
+    artifact = deploytk.export(vit, tmp_path / "tokens", method="tome", r=2, output_kind="tokens")
+    assert artifact.manifest["outputs"][0]["shape"] == ["batch", 12, 32]  # 16 patches + class token, 4 merged, prefix left out
+    assert artifact.validate(["ort"], num_images=4, batch_size=2).passed
