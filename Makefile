@@ -63,13 +63,15 @@ lint: install
 
 # pytest on both cores: two xdist workers, each pinned to its own CPU with one thread (tests/conftest.py), the exports
 # shared between them (tests/helpers/exports.py). The default suite keeps a test file's tests on one worker (its module
-# fixtures made once); the slow tier is mostly one file's parametrized configs, so its tests are dealt out one by one.
+# fixtures made once); the slow tier is mostly one file's parametrized configs, so its tests are dealt out one by one,
+# and an idle worker steals from the other's queue (worksteal): with `load` the first deal is fixed, and once the op sweep's
+# 1,700 short cases joined the tier, one worker was dealt every large config and ran them alone for 40 minutes.
 # pytest's exit 5 (no tests ran) fails. The serving tests run a real tritonserver from $(SERVE_VENV); under `test`,
 # `slow` and `ci` they fail rather than skip when it cannot start.
 WORKERS ?= 2
 PYTEST := DEPLOYTK_REQUIRE_SERVER=1 $(BIN)/python -m pytest -q -n $(WORKERS)
 DEFAULT_TESTS := --dist loadfile -m "not slow and not gpu and not trt"
-SLOW_TESTS := --dist load -m "slow and not gpu and not trt"
+SLOW_TESTS := --dist worksteal -m "slow and not gpu and not trt"
 COVERAGE := --cov=deploytk --cov=deploytk_plugins --cov=serving --cov-report=term:skip-covered
 define run_pytest
 	$(PYTEST) $(1); rc=$$?; if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests"; exit 1; fi; exit $$rc
