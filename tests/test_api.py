@@ -80,6 +80,7 @@ def small_timm(**kwargs) -> VisionTransformer:
     return timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=4, embed_dim=64, depth=4, num_heads=2, **kwargs)
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_a_timm_object_with_its_own_head_round_trips(tmp_path):
     model = changed_weights(small_timm(num_classes=10), seed=5)
     model.train()  # the caller's mode is theirs: export works on an eval copy
@@ -221,6 +222,7 @@ def test_a_subclass_that_overrides_forward_is_refused_and_nothing_is_written(tmp
     assert snapshot(tmp_path) == before
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_changed_stored_weights_are_refused_when_the_reference_is_rebuilt(tmp_path):
     artifact = deploytk.export(small_timm(num_classes=3), tmp_path / "art", r=2)
     weights = artifact.directory / "source" / "model.safetensors"
@@ -313,6 +315,7 @@ def docstring_examples() -> list[tuple[str, str]]:
     return found
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_every_docstring_example_runs(tmp_path):
     examples = docstring_examples()
     assert {where.split(":")[1] for where, _ in examples} >= {"export", "patch"}

@@ -92,6 +92,7 @@ def deploytk(*args, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_an_hf_folder_is_read_from_the_config_s_folder_and_the_artifact_validates_from_anywhere(hf_project, tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -118,6 +119,7 @@ def test_an_hf_folder_is_read_from_the_config_s_folder_and_the_artifact_validate
     assert "Traceback" not in text
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_a_missing_hf_folder_fails_fast_naming_the_path_looked_up(hf_project, tmp_path):
     (hf_project / "vit.yaml").write_text("model: hf:no_such_folder\nmerge: {method: tome, r: 2}\nexport: {img_size: null}\n")
     result = deploytk("export", hf_project / "vit.yaml", "--output", tmp_path / "out", cwd=tmp_path)
@@ -127,6 +129,7 @@ def test_a_missing_hf_folder_fails_fast_naming_the_path_looked_up(hf_project, tm
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_a_relative_hf_folder_meant_from_the_working_folder_gets_the_right_spelling(hf_project, tmp_path):
     (tmp_path / "cfgs").mkdir()
     (tmp_path / "cfgs" / "vit.yaml").write_text("model: hf:c2/hf_vit\nmerge: {method: tome, r: 2}\nexport: {img_size: null}\n")

@@ -103,6 +103,7 @@ def in_root(monkeypatch):
     monkeypatch.chdir(ROOT)
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_export(tmp_path, in_root):
     printed = cli_json("export", DIGITS_TOME_R4, "--output", tmp_path / "cli")
     returned = deploytk.export(DIGITS_TOME_R4, tmp_path / "api").to_dict()
@@ -111,6 +112,7 @@ def test_export(tmp_path, in_root):
     assert_same("export", printed, returned, tmp_path)
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_quantize(exported, tmp_path):
     source = exported("digits_vit_tome_r4")
     printed = cli_json("quantize", source, "--runtime", "ort", "--synthetic", 8, "--output", tmp_path / "cli")
@@ -137,6 +139,7 @@ def test_validate_exits_1_where_the_api_says_failed(exported):
     assert_same("validate", printed, returned.to_dict())
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_profile(exported):
     source = exported("digits_vit_tome_r4")
     printed = cli_json("profile", source, "--batch-sizes", 1, "--warmup", 0, "--iterations", 1)

@@ -44,6 +44,7 @@ def test_help_and_version_import_no_heavy_module(args):
     assert stdout.strip()
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_a_command_still_loads_its_library():
     """The check can fail: a command that runs (families reads the family registry) does import torch."""
     result, _ = run_app("families", "--json")

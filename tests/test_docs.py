@@ -46,6 +46,7 @@ def test_reference_pages_equal_what_the_script_generates(tmp_path):
     assert write_docs_reference.render_pages() == first
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_check_names_a_hand_edited_page_and_writes_nothing(tmp_path):
     """`--check` (what a contributor runs, here as a script) exits 1 naming the edited page, leaving the folder as it
     was; the script writes the same pages into a fresh folder."""
@@ -166,6 +167,7 @@ def test_site_builds_strict_with_the_issues_sections(tmp_path):
     )
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_strict_build_fails_on_a_broken_link(tmp_path):
     """The build the suite relies on does fail: the site's config (inherited, hooks and all) over a copy of docs/ with
     one broken link is refused by --strict, naming the link."""

@@ -86,6 +86,7 @@ def run_blocks(lang: str) -> list[Block]:
     return [b for b in every_block() if b.marker and b.marker[0] == "run" and b.lang == lang]
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 @pytest.mark.parametrize("block", run_blocks("bash"), ids=lambda b: f"{b.page}:{b.line}")
 def test_the_run_bash_blocks_run(block):
     configs = snapshot(ROOT / "export_configs")

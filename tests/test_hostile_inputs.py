@@ -143,6 +143,7 @@ def test_paths_no_output_may_take_are_refused_before_any_work(name, target, matc
     refused(writer_args(name, configs, artifact, file_name(name, target)), match, work)
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_export_over_an_earlier_export_replaces_only_its_own_files(work, configs, artifact):
     """A plain rerun over an earlier export, and the in-place replace, are held on the library level (tests/test_files.py)."""
     from deploytk.exporter.artifacts import Artifact
@@ -338,9 +339,8 @@ def test_help_texts_keep_every_word_and_show_the_per_precision_defaults():
                 assert "".join(param.help.split()) in shown, f"{name} {param.name}: help text not shown whole"
 
 
-@pytest.mark.parametrize(
-    "sig", [pytest.param(signal.SIGINT, marks=pytest.mark.slow), signal.SIGTERM], ids=["Ctrl-C (also in test_files)", "kill"]
-)
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["Ctrl-C (also in test_files)", "kill"])
 def test_an_interrupted_export_leaves_nothing_behind(tmp_path, sig):
     """The export of DeiT-Ti takes seconds while its temporary folder exists; interrupted then, nothing may stay. If the
     export finished before the signal (a fast machine), it must have finished whole: the verdict does not hang on timing."""

@@ -49,6 +49,7 @@ def export_command(out: Path, r: int) -> list[str]:
     return cli("export", DIGITS_TOME_R4, "--output", out, "--r", r, "--json")
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_a_second_writer_is_refused_at_once_and_the_first_one_s_result_survives(tmp_path):
     out = tmp_path / "same"
     first = subprocess.Popen(export_command(out, 2), env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -106,6 +107,7 @@ def test_the_lock_is_released_on_every_exit_path(tmp_path):
         pass
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_what_a_killed_writer_left_is_removed_by_the_next_write_and_said(tmp_path):
     out = tmp_path / "art"
     first = subprocess.Popen(export_command(out, 2), env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -156,6 +158,7 @@ def test_clean_removes_only_what_no_live_writer_owns(tmp_path):
     assert all(p.read_text() == "mine" for p in users)
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_clean_refuses_what_is_not_a_folder(tmp_path):
     result = subprocess.run(cli("clean", tmp_path / "nope"), env=env(), capture_output=True, text=True, timeout=DEADLINE_S)
     assert result.returncode == 2 and f"{tmp_path / 'nope'} does not exist" in " ".join(result.stderr.split())

@@ -70,6 +70,7 @@ def fails(args, match: str, *roots: Path, json_out: bool = False):
     return text
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 @pytest.mark.parametrize("json_out", [False, True], ids=["text", "json"])
 def test_export_to_a_full_disk_is_one_paragraph_and_leaves_nothing(tmp_path, config, json_out):
     with mounted(tmp_path / "small", "-t", "tmpfs", "-o", "size=1m", "tmpfs") as small:
@@ -140,6 +141,7 @@ def test_an_unreadable_config_is_named(tmp_path, config, monkeypatch):
     fails(["inspect", config], f"config {config} cannot be read: Permission denied.", config.parent)
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_any_other_os_error_keeps_its_traceback(tmp_path, config, monkeypatch):
     """A bug is not dressed up as the user's problem: an OSError outside disk full / read-only / permissions propagates."""
 

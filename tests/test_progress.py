@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 
+import pytest
 from rich.console import Console
 
 from deploytk.backends import Backend, LoadedModel
@@ -45,6 +46,7 @@ def phases(calls) -> list[tuple[int, str, int]]:
     return [tuple(p) for p in found]
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_validate_counts_the_images_through_the_reference_and_each_runtime(exported):
     art = exported("digits_vit_tome_r4", fmt="onnx-inlined")
     batches = synthetic_batches(10, 4, Artifact.open(art).input_kind)  # 4 + 4 + 2: the count is images, not batches

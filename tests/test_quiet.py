@@ -73,6 +73,7 @@ def run_python(code: str, *args: str, cwd: Path, **env) -> subprocess.CompletedP
     return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=environment, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 @pytest.mark.parametrize("mode", ["quiet", "verbose"])
 def test_each_third_party_source_is_silenced_and_deploytk_s_own_lines_and_errors_are_not(mode, tmp_path):
     cuda_home = tmp_path / "cuda"
@@ -116,6 +117,7 @@ def steps_stderr(steps: list[list[str]], cwd: Path, **env) -> dict[str, list[str
     return lines
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_a_successful_export_validate_quantize_profile_prints_no_third_party_line_and_verbose_lets_them_through(tmp_path):
     """The demo's steps on the small digits ViT (and ORT int8, whose quantizer warned on every run) through the CLI in a
     subprocess, with CUDA_HOME naming a folder as on the user's machine: every line on stderr is deploytk's."""

@@ -489,6 +489,7 @@ def test_the_readme_headline_figures_are_the_result_files():
     )
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_the_serving_test_count_is_what_pytest_collects():
     import subprocess
     import sys

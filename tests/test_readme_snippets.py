@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from helpers.docs import fenced_blocks, prose_pages
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,6 +50,7 @@ def test_the_readme_has_python_snippets_and_the_demo_an_export():
     assert folder == "artifacts/deit_small_tome_r16"
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_every_python_snippet_runs_against_an_export_made_the_demo_s_way(exported, tmp_path):
     folder, flags = demo_export()
     art = exported("digits_vit_tome_r4", fmt=flags.get("--format", "onnx"))  # the demo's flags on the small digits ViT

@@ -176,6 +176,7 @@ def assert_same_maps(a, b):
     np.testing.assert_array_equal(a.fused, b.fused)
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_onnx_runtime_choices_give_the_reference_maps_tome(tiny_tome_export, noise_png, tmp_path):
     cfg = tiny(TINY_TOME)
     reference = trace(cfg, noise_png)
@@ -196,6 +197,7 @@ def test_onnx_runtime_choices_give_the_reference_maps_topk(noise_png):
     assert from_ort.sources.reducing_blocks == [1, 2] and (from_ort.sources.owner[2] < 0).sum() > 0
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_artifacts_of_another_config_are_refused(tiny_tome_export, noise_png, tmp_path):
     with pytest.raises(DeploytkError, match="was not exported from the config: `merge.method` is 'tome' there but 'topk' in the config"):
         visualize(tiny(TINY_TOPK), noise_png, output=tmp_path / "b.png", backend="ort", artifacts=tiny_tome_export)

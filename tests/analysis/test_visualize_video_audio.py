@@ -155,6 +155,7 @@ def test_a_spectrogram_has_low_frequencies_at_the_bottom_and_each_patch_in_its_s
     assert titles[0] == "input: log-mel spectrogram, 4x9 patches (frequency x time)" and "grey: in no patch" in caption
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 @pytest.mark.parametrize("name, sample, backend", [("videomae4", "clip", "ort"), ("ast", "sound", "openvino")])
 def test_a_runtime_makes_the_references_choices(name, sample, backend, media, tmp_path):
     cfg = config(media[name])

@@ -33,6 +33,7 @@ def invoke(*args):
     return runner.invoke(app, [str(a) for a in args])
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_openvino_alone_cannot_read_the_function_bodied_file(digits_tome):
     # the field fact this backend rests on: if OpenVINO learns to inline custom-domain functions, revisit the backend
     import openvino
@@ -41,6 +42,7 @@ def test_openvino_alone_cannot_read_the_function_bodied_file(digits_tome):
         openvino.Core().read_model(str(digits_tome / "model.onnx"))
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_validate_on_openvino_passes_with_its_settings_reported(digits_tome):
     result = invoke("validate", digits_tome, "--backend", "openvino", "--num-images", "16", "--json")
     (report,) = json.loads(result.stdout)["reports"]
@@ -51,6 +53,7 @@ def test_validate_on_openvino_passes_with_its_settings_reported(digits_tome):
     assert settings["PERFORMANCE_HINT"] == "LATENCY" and settings["INFERENCE_NUM_THREADS"] >= 1
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_validate_on_two_backends_judges_each_as_alone_with_one_reference_run(digits_tome, monkeypatch):
     from deploytk.backends.torch_backend import TorchModel
 
@@ -81,6 +84,7 @@ def test_validate_on_two_backends_refuses_before_running_any(exported):
     assert result.exit_code == 2 and "bf16 graph" in result.output and "PyTorch" not in result.output
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_openvino_equals_onnx_runtime_on_the_same_graph(digits_tome):
     from deploytk.backends import get_backend
     from deploytk.exporter.artifacts import Artifact
@@ -129,6 +133,7 @@ def test_validate_on_openvino_probes_the_choices_of_the_inlined_file(digits_tome
     assert not any(n.domain == "deploytk" for n in model.graph.node)  # still the inlined graph, now with probe outputs
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_profile_on_openvino_compares_with_the_dense_model_on_openvino(digits_tome):
     result = invoke("profile", digits_tome, "--backend", "openvino", "--batch-sizes", "1,2", "--warmup", "1", "--iterations", "2", "--json")
     assert result.exit_code == 0, result.output
@@ -168,6 +173,7 @@ def test_missing_openvino_exits_2_with_the_install_command(digits_tome, monkeypa
         assert "pip install 'deploytk[openvino]'" in result.output
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_eval_on_openvino(tmp_path):
     from deploytk.evaluation.digits import write_digits_imagefolder
 

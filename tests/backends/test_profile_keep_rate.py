@@ -2,11 +2,13 @@
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from deploytk.cli import app
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_profile_reports_the_keep_rate_settings(exported):
     art = exported("digits_vit_evit_k70")
     args = ["profile", str(art), "--batch-sizes", "1", "--warmup", "0", "--iterations", "1"]

@@ -24,6 +24,7 @@ def run_script(name: str, out: Path, interpret: bool, *extra: str):
     return json.loads(out.read_text()), result.stdout
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_kernel_bandwidth_smoke(tmp_path):
     report, stdout = run_script("kernel_bandwidth.py", tmp_path / "k.json", interpret=True)
     assert report["smoke"] and report["environment"]["device"] == "cpu" and report["peak_bandwidth_gbs"] > 0
@@ -37,11 +38,13 @@ def test_kernel_bandwidth_smoke(tmp_path):
     assert "peak copy bandwidth" in stdout
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_kernel_bandwidth_smoke_needs_the_interpreter(tmp_path):
     result = benchmark("kernel_bandwidth.py", "--smoke", "--output", str(tmp_path / "k.json"), TRITON_INTERPRET="0")
     assert result.returncode != 0 and "TRITON_INTERPRET=1" in result.stderr and not (tmp_path / "k.json").exists()
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_end_to_end_latency_smoke(tmp_path):
     configs = "export_configs/deit_tiny_mctf_r8.yaml,export_configs/deit_tiny_evit_k70.yaml"
     report, stdout = run_script("end_to_end_latency.py", tmp_path / "e.json", False, "--configs", configs)
@@ -54,6 +57,7 @@ def test_end_to_end_latency_smoke(tmp_path):
     assert "command" in report and "end_to_end_latency.py" in report["command"]
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_end_to_end_latency_smoke_in_low_precision(tmp_path):
     """Every variant runs wholly in bf16 (a MergedViT cast with .to() still cast its input to fp32 and failed in the conv)."""
     report, _ = run_script("end_to_end_latency.py", tmp_path / "e.json", False, "--dtype", "bf16")
@@ -169,6 +173,7 @@ def test_precision_smoke(tmp_path):
     assert markdown(report) in stdout and "| digits ViT, ToMe r=4, bf16 (emulated) | 16 validation digits |" in stdout
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 @pytest.mark.parametrize(
     "script, known, unknown", [("precision.py", "tome_r4_fp16", "tome_r4_fp8"), ("vs_official.py", "tome_deit_tiny_r13", "tome_deit_huge")]
 )
@@ -178,6 +183,7 @@ def test_a_rows_benchmark_refuses_an_unknown_row_before_writing(tmp_path, script
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_cli_startup_smoke(tmp_path):
     report, stdout = run_script("cli_startup.py", tmp_path / "x.json", False)
     assert report["smoke"] and report["command"].startswith("python") and "deploytk --help" in stdout
@@ -308,6 +314,7 @@ def test_video_audio_smoke(tmp_path, capsys):
     assert capsys.readouterr().out.strip() in stdout
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 @pytest.mark.parametrize(
     "option, value, message",
     [
@@ -345,6 +352,7 @@ def test_video_audio_counts_attention_as_softmax_and_the_activation_products():
     assert attention_nodes(helper.make_model(graph)) == {"scores", "s", "softmax", "a", "values", "y"}
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_token_aggregate_body_smoke(tmp_path):
     """The three bodies run on both runtimes, each checked against the torch op before it is timed; speedup is the medians'."""
     pytest.importorskip("openvino", reason="the openvino extra is not installed")

@@ -36,6 +36,7 @@ def test_topk_is_counted_per_row():
     assert _topk_correct(logits, labels, 3)[1] == 3
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_harness_matches_direct_forward(digits_tree, digits_cfg, r4_artifacts):
     from deploytk.adapters import adapt
     from deploytk.data import load_samples

@@ -38,6 +38,7 @@ def image(path, size=32):
     Image.new("RGB", (size, size)).save(path)
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_json_is_one_object_with_the_keys(digits_tree, monkeypatch):
     root, _ = digits_tree
     monkeypatch.chdir(ROOT)  # the config's checkpoint path is relative to the repository root

@@ -50,6 +50,7 @@ def test_an_export_past_the_limit_keeps_its_weights_beside_it_and_every_backend_
     assert sorted(p.name for p in (tmp_path / "repo" / repo["name"] / "1").iterdir()) == ["model.onnx", "model.onnx.data"]
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_a_changed_or_missing_data_file_is_refused(large, tmp_path):
     out = tmp_path / "a"
     run_export(digits_config("digits_vit_tome_r4"), out)

@@ -3,8 +3,9 @@
 Images that flip a near-tied discrete choice are checked against the reference replayed with
 the backend's choices (see deploytk/validate/branches.py); the flip itself must be proven.
 
-One config per method family runs in the default suite (DeiT-T); every config runs in the slow tier (-m slow), validated
-with `deploytk validate`'s defaults on ONNX Runtime and OpenVINO in one run.
+One config per method family runs in the default suite, on the digits ViT (DeiT-T's took 75 s of the quick check); every
+config runs in the slow tier (-m slow), validated with `deploytk validate`'s defaults on ONNX Runtime and OpenVINO in one
+run.
 """
 
 import json
@@ -24,17 +25,21 @@ from helpers import assert_every_deploytk_node_builds_as_a_plugin
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "export_configs").glob("*.yaml"))
 FAST = {
-    "deit_tiny_mctf_r8",
-    "deit_tiny_evit_k70",
-    "deit_tiny_crucial_k70",
-    "deit_tiny_atm",
-    "deit_tiny_heuristic_k70",
-    "deit_tiny_kmedoids_k50",
-    "deit_tiny_dpcknn_k50",
-    "deit_tiny_ats_k50",
-    "deit_tiny_dynamicvit_k50",
-    "deit_tiny_sinkhorn_k50",
-}  # deit_tiny_pitome_k90: exported with the official PiToMe weights and checked as here in tests/merging/test_official_pitome.py
+    "digits_vit_mctf_r4",
+    "digits_vit_evit_k70",
+    "digits_vit_crucial_k70",
+    "digits_vit_atm",
+    "digits_vit_heuristic_k70",
+    "digits_vit_kmedoids_k70",
+    "digits_vit_dpcknn_k70",
+    "digits_vit_ats_k70",
+    "digits_vit_dynamicvit_k70",
+    "digits_vit_sinkhorn_k70",
+    "digits_vit_pitome_k90",
+}  # ToMe: its digits export is the shared one most tests read
+#: the FAST configs the quick check runs: the methods whose ops or reducers no other default test reaches (ATM's
+#: size-split matching, ATS, Crucial, DPC-KNN); the rest run in the slow tier (5-8 s each on the 2-core machine)
+QUICK = {"digits_vit_atm", "digits_vit_ats_k70", "digits_vit_crucial_k70", "digits_vit_dpcknn_k70"}
 #: the slow tier deals tests out in this order: the largest models first, so that no 10-minute CLIP-L/336 config starts
 #: last while the other worker idles (tests/conftest.py, --dist load)
 LARGEST_FIRST = ("llava15_clip_l336", "dinov2_base", "deit_base", "multiscale_deit_base", "dinov2_small", "multiscale")
@@ -92,7 +97,9 @@ def check_report(out: Path, manifest: dict, report: dict, exit_code: int, output
         assert flip["explained"] and flip["input_rel_diff"] <= input_bound and flip["replay_max_abs_diff"] <= replay_bound, flip
 
 
-@pytest.mark.parametrize("config", [c for c in CONFIGS if c.stem in FAST], ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "config", [c if c.stem in QUICK else pytest.param(c, marks=pytest.mark.slow) for c in CONFIGS if c.stem in FAST], ids=lambda p: p.stem
+)
 def test_method_config_exports_and_validates(config, tmp_path):
     manifest = export_and_validate(*cli_export(config, tmp_path))
     method = manifest["method"]["name"]

@@ -68,6 +68,7 @@ def own_features(model, x, layer):
         return (out.last_hidden_state if layer is None else out.hidden_states[layer]).numpy()
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 @pytest.mark.parametrize("name", ["deit", "Dinov2WithRegistersModel", "CLIPVisionModel"])
 def test_no_reduction_outputs_equal_the_models_own_on_both_runtimes(name, models, tmp_path):
     entry, model, prefix = models[name]
@@ -87,6 +88,7 @@ def test_no_reduction_outputs_equal_the_models_own_on_both_runtimes(name, models
                 np.testing.assert_array_equal(got["token_sizes"], np.ones(want.shape[:2], np.float32))
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 @pytest.mark.parametrize(
     ("merge", "export"),
     [

@@ -67,6 +67,7 @@ def test_to_precision_lowers_weights_but_keeps_norms_and_io_fp32(precision):
     assert cosine_min(got.numpy(), want.numpy()) > 0.999
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
 def test_low_precision_graph_keeps_the_accuracy_critical_tensors_fp32(precision, tmp_path):
     _, elem = LOW[precision]
@@ -100,6 +101,7 @@ def test_low_precision_graph_keeps_the_accuracy_critical_tensors_fp32(precision,
         assert types[conv.input[0]] == TensorProto.FLOAT  # ONNX Conv has no bf16 before opset 22
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_fp16_graph_runs_on_ort_cpu_close_to_the_fp32_reference(tmp_path):
     ref = tiny_merged(seed=3)
     low = to_precision(copy.deepcopy(ref), "fp16")
@@ -208,6 +210,7 @@ def digit_images(digits_root):
     return folder_batches(digits_root / "val", 64, 8, family.eval_transform(), family.input_kind)
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_eval_of_a_bf16_config_runs_ort_emulated_and_says_so(digits_root):
     from deploytk.evaluation.accuracy import evaluate
 
@@ -238,6 +241,7 @@ def test_trained_model_tome_in_low_precision_validates_against_fp32(precision, r
         assert "`backend=trt` or `backend=ort-cuda`" in err.value.hint
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 @pytest.mark.parametrize("config", ["digits_vit_mctf_r4", "digits_vit_atm_calibrated", "digits_vit_evit_k70", "digits_vit_crucial_k70"])
 def test_every_method_exports_fp16_and_validates_on_real_images(config, digit_images, exported):
     art = exported(config, precision="fp16")

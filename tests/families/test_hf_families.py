@@ -158,6 +158,7 @@ def export_and_validate(saved, tmp_path, name, method, options):
         assert report.passed, (backend, report.to_dict())
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 @pytest.mark.parametrize("name, method, options", METHOD_CASES)
 def test_methods_export_and_validate_on_hf_families(name, method, options, saved, tmp_path):
     export_and_validate(saved, tmp_path, name, method, options)

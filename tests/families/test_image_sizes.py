@@ -24,6 +24,7 @@ def rectangular(**merge):
     return config_from_dict({"model": "deit_tiny_patch16_224", "model_kwargs": {"depth": 4}, "export": export, "merge": merge})
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_a_rectangular_input_exports_and_validates(tmp_path):
     cfg = rectangular(method="tome", r=40)
     model = build_reference(cfg)

@@ -123,6 +123,7 @@ def test_forward_and_reference_equal_the_papers_equations(embedding):
         assert (want - paper_forward(state, x, shared=embedding == "shared", fusion=2)).abs().max() > 1e-3  # the check can fail
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_no_reduction_exports_equal_to_the_forward_on_onnxruntime_and_openvino(checkpoint, tmp_path):
     cfg = config().model_copy(update={"checkpoint": str(checkpoint)})
     x = images()
@@ -143,6 +144,7 @@ def test_patch_features_without_reduction_are_the_models_own_patch_tokens(checkp
         torch.testing.assert_close(reference(x), reference.vit.forward_features(x)[:, 1:], rtol=0, atol=1e-5)
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_crucial_mergence_exports_and_validates_by_default(checkpoint, tmp_path):
     cfg = config("crucial", {"layers": [3, 6, 9], "keep_rate": 0.7}).model_copy(update={"checkpoint": str(checkpoint)})
     manifest = run_export(cfg, tmp_path / "c")
@@ -225,6 +227,7 @@ def test_a_plain_vit_checkpoint_is_refused_naming_the_multi_scale_keys(tmp_path)
     assert create_vit(config(patch_size=8)).grid_low == (2, 2)  # a 4x4 grid halves to 2x2
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_a_model_object_stores_what_rebuilds_its_vit_in_another_process(tmp_path):
     """A MultiScaleViT built in Python around a timm ViT of the user's width and depth: export stores the ViT's own
     constructor arguments with the fusion's settings, so another process rebuilds the same model (the stored recipe named

@@ -94,6 +94,7 @@ def test_no_reduction_equals_the_models_own_forward_in_torch_onnxruntime_and_ope
     np.testing.assert_allclose(next(iter(loaded.run(x.numpy()).values())), want, rtol=0, atol=1e-5)
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 @pytest.mark.parametrize(
     "name, method, options",
     [
@@ -111,6 +112,7 @@ def test_tome_validates_with_default_tolerances_on_both_runtimes(name, method, o
         assert report.passed, (backend, report.to_dict())
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 @pytest.mark.parametrize("name", ["ASTForAudioClassification", "DeiTForImageClassification"])
 def test_tome_validates_on_the_libraries_own_initialisation(name, tmp_path):
     """transformers' own init leaves the class and distillation tokens and the position embeddings at zero, so those
@@ -164,6 +166,7 @@ def test_a_videomae_classifier_without_mean_pooling_is_refused(tmp_path):
         adapt(model)
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_videomae_patch_features_cover_every_tubelet_and_validate(saved, tmp_path):
     out = tmp_path / "patches"
     run_export(config(saved["VideoMAEModel"], "tome", r=4, output="patch_features"), out)
@@ -249,6 +252,7 @@ def sounds(tmp_path_factory):
     return folder
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 @pytest.mark.parametrize("name, data", [("VideoMAEForVideoClassification", "clips"), ("ASTForAudioClassification", "sounds")])
 def test_clips_and_sounds_made_here_validate_on_both_runtimes(name, data, saved, tmp_path, request):
     folder = request.getfixturevalue(data)
@@ -259,6 +263,7 @@ def test_clips_and_sounds_made_here_validate_on_both_runtimes(name, data, saved,
         assert report.passed and report.num_images == 4, (backend, report.to_dict())
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 @pytest.mark.parametrize(
     "name, kind, suffix, noun",
     [("VideoMAEForVideoClassification", "clips", ".mp4", "clip"), ("ASTForAudioClassification", "sounds", ".wav", "sound")],
@@ -283,6 +288,7 @@ def test_a_corrupt_file_is_refused_by_name_and_nothing_is_written(name, kind, su
     assert snapshot(tmp_path) == before
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_a_folder_without_clips_is_refused_naming_what_it_looked_for(saved, tmp_path):
     out = tmp_path / "artifact"
     run_export(config(saved["VideoMAEForVideoClassification"], "tome", r=4), out)

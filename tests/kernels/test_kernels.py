@@ -71,6 +71,7 @@ def assert_readme_counts(cases):
     assert claimed == set(per_op) - {"TokenAggregate", "ProportionalAttention"}, claimed  # every matching op's count is stated
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_selftest_without_gpu_or_interpreter_says_what_to_do():
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: selftest would run natively")

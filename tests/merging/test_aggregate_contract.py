@@ -70,6 +70,7 @@ def check_body(calls, runtime: str) -> None:
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * max(float(np.nanmax(np.abs(want))), 1.0))
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 @pytest.mark.parametrize("name", sorted(METHODS))
 def test_every_method_meets_the_aggregate_contract_and_the_body_sums_its_calls(name):
     method = get_method(name)

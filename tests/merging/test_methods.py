@@ -28,6 +28,7 @@ def build(method, vit, r, options=None, prop_attn=True):
     return build_merged(m, vit, r, prop_attn, m.parse_options(options or {})).eval()
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 @pytest.mark.parametrize(
     "key,name,r,options,seed,n",
     [

@@ -49,6 +49,7 @@ def config(method: str, key: str, keep: float, checkpoint=None):
     return config_from_dict({"model": MODELS[key], "checkpoint": str(checkpoint) if checkpoint else None, "merge": merge})
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 @pytest.mark.parametrize("method", METHODS)
 def test_checkpoint_layout_is_the_official_one(method):
     # every key (and shape) the official model class saves is one deploytk loads, and nothing else
@@ -59,6 +60,7 @@ def test_checkpoint_layout_is_the_official_one(method):
     assert ours == official
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("key,keep", POINTS)
 def test_reference_from_official_checkpoint_matches_official_logits(method, key, keep, tmp_path):
@@ -70,6 +72,7 @@ def test_reference_from_official_checkpoint_matches_official_logits(method, key,
     assert np.abs(want[0] - want[1]).max() > 1e-2  # the two images differ: not a constant output
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("key,keep", ONNX_POINTS)
 def test_onnx_runtime_matches_official_logits(method, key, keep, tmp_path):
@@ -81,6 +84,7 @@ def test_onnx_runtime_matches_official_logits(method, key, keep, tmp_path):
     assert np.abs(got - RECORDED[f"{method}_{key}_k{keep}_logits"]).max() <= 1e-3
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 @pytest.mark.parametrize("method", LEARNED)
 @pytest.mark.parametrize("key", MODELS)
 @pytest.mark.parametrize("keep", [0.25, 0.5, 0.7, 0.9])

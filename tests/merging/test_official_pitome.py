@@ -66,6 +66,7 @@ def test_the_official_schedule():
     assert reduction.bipartite_blocks == 6  # ceil(12 / 2): pitome_bsm in blocks 0-5, the protected variant after
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_onnx_runtime_matches_official_logits(tmp_path):
     weights = tmp_path / "seeded.pth"
     torch.save(seeded_init(timm.create_model(MODELS["deit_tiny"]), seed=1).state_dict(), weights)

@@ -44,6 +44,7 @@ def build(method: str, vit, keep: float):
     return build_merged(m, vit, 0, m.needs_prop_attn, m.parse_options({"keep_rate": keep})).eval()
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("key,keep", POINTS)
 def test_reference_matches_official_logits(method, key, keep):
@@ -66,6 +67,7 @@ def mlp_tokens(model) -> list[int]:
     return [t - r for t, r in zip(s.tokens, s.effective_r, strict=True)]
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 @pytest.mark.parametrize("method", ["kmedoids", "dpcknn"])
 @pytest.mark.parametrize("key", MODELS)
 @pytest.mark.parametrize("keep", [0.25, 0.5, 0.7, 0.9])
@@ -96,6 +98,7 @@ def test_ats_empty_slots_change_nothing():
     assert sum(RECORDED["ats_deit_small_k0.7_tokens"]) < sum(mlp_tokens(model))
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("key,keep", ONNX_POINTS)
 def test_onnx_runtime_matches_official_logits(method, key, keep, tmp_path):

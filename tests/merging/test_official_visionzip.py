@@ -61,6 +61,7 @@ def test_the_dominant_tokens_are_the_official_indices(tower):
         assert torch.nonzero(row < 54).flatten().tolist() == sorted(official.tolist())  # class token + 53 patches, index order
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_exported_tower_on_onnx_runtime_equals_the_official(tower, tmp_path):
     tower.save_pretrained(tmp_path / "tower")
     dominant, contextual = BUDGETS[64]

@@ -20,6 +20,7 @@ from helpers import seeded_init
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 @pytest.mark.parametrize("name", sorted(METHODS))
 def test_declared_ops_are_the_traced_ones(name):
     """``Reduction.ops`` (what `deploytk methods` lists) against the deploytk ops torch.export finds in the model."""

@@ -47,6 +47,7 @@ def test_r0_reproduces_timm(variant):
         torch.testing.assert_close(MergedViT.dense(vit)(x), vit(x), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_onnx_equals_reference_with_merging(variant, tmp_path):
     vit = build(*VARIANTS[variant])

@@ -93,6 +93,7 @@ AGGREGATE_CASES = [  # (kind, B, N, T, C)
 ]
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 @pytest.mark.parametrize("runtime", ["ort", "openvino"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("normalize", [True, False])

@@ -327,6 +327,7 @@ def sweep_cases(grid: list, dtypes: list[str], kinds=KINDS, matching_only: bool 
 # ---- the tests ----------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 @pytest.mark.parametrize("op,n,p,kind,dtype", quick_cases())
 def test_body_equals_reference_on_generated_inputs(op, n, p, kind, dtype):
     check(OPS[op], n, p, kind, DTYPES[dtype])
@@ -338,6 +339,7 @@ def test_body_equals_reference_on_the_larger_sweep(op, n, p, kind, dtype):
     check(OPS[op], n, p, kind, DTYPES[dtype])
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 @pytest.mark.parametrize("op,n,p,kind,dtype", sweep_cases([(17, 1)], ["fp32"], TIE_HEAVY, matching_only=True))
 def test_tie_heavy_inputs_on_openvino(op, n, p, kind, dtype):
     """OpenVINO runs the inlined body (its TopK made stable, as its backend does) to the same tie rules."""

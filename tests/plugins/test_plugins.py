@@ -31,6 +31,7 @@ def match_shapes(*dims, b=8, n=197):
     return [[b, n, d] if d else [b, n] for d in dims]
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_plugins_compile_writes_sm90_ptx_for_every_plugin_kernel(tmp_path):
     out = tmp_path / "ptx"
     result = run_cli("plugins", "compile", "--arch", "sm_90", "--output", str(out), "--json")
@@ -98,6 +99,7 @@ def test_a_kernel_that_cannot_fit_the_shared_memory_limit_is_refused(monkeypatch
         compile_variant(variant, "sm_90")
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_plugins_compile_refuses_unknown_arch_and_writes_nothing(tmp_path):
     result = run_cli("plugins", "compile", "--arch", "sm_70", "--output", str(tmp_path / "x"))
     assert result.returncode == 2 and "sm_80, sm_86, sm_87, sm_89, sm_90, sm_100, sm_103, sm_110, sm_120, sm_121" in result.stderr

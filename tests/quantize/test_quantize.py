@@ -54,6 +54,7 @@ def val_batches(digits, n=128):
     return folder_batches(digits / "digits" / "val", n, 8, family.eval_transform(), family.input_kind)
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_ort_int8_validates_on_held_out_digits_and_records_its_provenance(digits, ort_int8):
     report = validate(ort_int8, "ort", val_batches(digits), Tolerances.for_precision("int8"))
     assert report.passed, report.checks
@@ -72,6 +73,7 @@ def test_ort_int8_validates_on_held_out_digits_and_records_its_provenance(digits
     assert len(dense) == 1 and any(n.op_type == "DequantizeLinear" for n in onnx.load(str(dense[0])).graph.node)
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_trt_graph_keeps_tensorrt_explicit_quantization_rules(trt_int8):
     graph = onnx.load(str(trt_int8 / "model.onnx"))
     assert trt_rule_violations(graph) == []

@@ -100,6 +100,7 @@ def images(count: int, size: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal((count, 3, size, size), dtype=np.float32)
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_every_packaged_model_loads_unchanged(server, repository):
     index = {m["name"]: m for m in httpclient.InferenceServerClient(server.http_url).get_model_repository_index()}
     assert {n: index[n]["state"] for n in SERVED} == dict.fromkeys(SERVED, "READY"), server.log_tail()
@@ -122,6 +123,7 @@ BF16_SERVED = pytest.mark.xfail(
 )
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 @pytest.mark.parametrize(
     "model, export", [pytest.param(m, e, marks=BF16_SERVED if m == "digits_ov" else ()) for m, (e, _) in SERVED.items()]
 )
@@ -136,6 +138,7 @@ def test_served_outputs_pass_deploytk_validate(server, exports, references, mode
     assert report.num_images == 64 and report.top1_agreement == 1.0 and report.max_abs_diff <= tol.atol
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 @pytest.mark.parametrize(
     "model, export", [("digits", "digits"), ("digits_ov", "digits"), ("deit_s", "deit"), ("videomae", "videomae"), ("ast", "ast")]
 )
@@ -249,6 +252,7 @@ def _edit_manifest(directory, change):
     write_manifest(directory, manifest)  # sealed again: the edit is what is tested
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 @pytest.mark.parametrize("fault", list(DEPLOYTK_REFUSES))
 def test_package_refuses_what_the_server_refuses(damaged_server, exports, tmp_path, fault):
     """Each config the server refuses to load (its own message, below) is one `deploytk package` never writes."""
@@ -271,6 +275,7 @@ def test_package_refuses_what_the_server_refuses(damaged_server, exports, tmp_pa
         assert re.search(theirs, damaged_server.log()), damaged_server.log_tail()
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_a_broken_model_fails_to_load_clearly_while_its_neighbour_serves(damaged_server, references):
     index = {m["name"]: m for m in httpclient.InferenceServerClient(damaged_server.http_url).get_model_repository_index()}
     assert index["digits"]["state"] == "READY"
@@ -305,6 +310,7 @@ def test_killed_mid_load_and_restarted_serves_with_the_repository_intact(reposit
         assert infer(restarted.grpc_url, "digits", images(1, 32), client=grpcclient).shape == (1, 10)
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_an_audio_model_takes_time_before_mel_bins_and_the_server_names_a_spectrogram_sent_transposed(server, references):
     """The served AST's input is input_values [batch, time, mel] (as ASTFeatureExtractor returns it): a spectrogram sent
     [batch, mel, time] is refused with both shapes, and the ones sent right are answered as the reference answers them."""

@@ -140,7 +140,7 @@ def wrapper(serve_environment, tmp_path):
         each.remove_leftovers()
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow)], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_stops_the_whole_server_and_leaves_nothing(wrapper, digits_repository, signum):
     running = wrapper([sys.executable, "-m", "serving.tritonserver"], digits_repository)
     running.serving()
@@ -151,6 +151,7 @@ def test_a_signal_stops_the_whole_server_and_leaves_nothing(wrapper, digits_repo
     assert f"stopped by {signum.name}: server process group {running.info['pgid']} ended" in running.output()
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_a_server_that_dies_takes_its_stubs_and_files_with_it(wrapper, digits_repository):
     """tritonserver killed on its own (SIGKILL to it alone, as an OOM kill would): its stubs are left without it; the
     wrapper stops them, removes the scratch folder and the shared memory, and exits 1 saying why."""
@@ -163,6 +164,7 @@ def test_a_server_that_dies_takes_its_stubs_and_files_with_it(wrapper, digits_re
     assert "error: tritonserver exited with code -9" in running.output()
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_the_installed_command_serves_from_a_folder_outside_the_repository(wrapper, digits_repository, tmp_path):
     """`deploytk-triton` (the console script pyproject.toml declares) run from an unrelated folder, with the checkout off
     PYTHONPATH: it serves, and SIGTERM still leaves nothing."""

@@ -29,6 +29,7 @@ def _digit_batches(n=32, batch=8):
     return synthetic_batches(n, batch, DIGITS_INPUT)
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_probed_model_exposes_every_matching_node(digits_mctf):
     model, probes = with_matching_outputs(digits_mctf / "model.onnx")
     assert [p.op for p in probes] == ["MctfMatch"] * 11  # blocks 1..11
@@ -54,6 +55,7 @@ def test_a_matching_op_with_a_constant_input_is_probed_too():
     assert {o.name for o in model.graph.output} == {"scores", "reduction.steps_3", "dest"}
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_reference_replayed_with_its_own_choices_is_unchanged(digits_mctf):
     from deploytk.config import config_from_dict
     from deploytk.models import build_reference
@@ -74,6 +76,7 @@ def test_clean_export_passes_and_flips_carry_evidence(digits_mctf):
         assert flip["explained"] and flip["input_rel_diff"] <= 1e-4 and flip["replay_max_abs_diff"] <= 1e-4
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_a_backend_that_matches_differently_fails_with_unexplained_flips(digits_mctf, tmp_path):
     """Tamper with MctfMatch's tau_sim in the ONNX file: choices change for real, not at ties."""
     import shutil

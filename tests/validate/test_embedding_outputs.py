@@ -34,6 +34,7 @@ def dinov2(tmp_path_factory):
     return tmp / "art", json.loads(result.stdout)
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_manifest_names_the_embedding_output(dinov2):
     _, manifest = dinov2
     assert manifest["model"]["num_classes"] == 0
@@ -42,7 +43,7 @@ def test_manifest_names_the_embedding_output(dinov2):
     ]  # timm: no name of its own
 
 
-@pytest.mark.parametrize("backend", ["ort", "openvino"])
+@pytest.mark.parametrize("backend", ["ort", pytest.param("openvino", marks=pytest.mark.slow)])  # the quick check: ort
 def test_validate_compares_embeddings_without_top1(dinov2, backend):
     if backend == "openvino":
         pytest.importorskip("openvino", reason="the openvino extra is not installed")

@@ -80,6 +80,7 @@ def fp16_mctf(exported):
     return exported("digits_vit_mctf_r4", precision="fp16")
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_a_validation_passing_with_proven_flips_reports_its_share_and_prints_no_failed_line(fp16_mctf, capfd):
     """Polygraphy's comparator prints ``[E] FAILED ... Pass Rate`` for the flipped images, which deploytk's report, judging
     the same comparison, passes: from the Python API none of its lines reach stdout or stderr."""
@@ -135,6 +136,7 @@ def test_the_deprecated_image_share_is_judged_only_where_given_and_says_it_is_de
     assert f"FAILED [{IMAGE_FLIPS_CHECK}]" in repr(report)
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_the_cli_prints_the_deprecation_as_one_note_naming_flags(exported):
     art = exported("digits_vit_tome_r4")
     done = subprocess.run(
