@@ -69,6 +69,7 @@ def test_reference_replayed_with_its_own_choices_is_unchanged(digits_mctf):
     assert len(calls) == 11 and reference.dest_hook is None
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_clean_export_passes_and_flips_carry_evidence(digits_mctf):
     report = validate(digits_mctf, "ort", _digit_batches(), Tolerances())
     assert report.passed, report.to_dict()
@@ -118,3 +119,18 @@ def test_distance_inputs_are_compared_squared():
     assert _input_rel_diff(ref, out, floats("B M M")) > 1e-4  # as plain values: 2.9e-4 of the max
     assert _input_rel_diff(ref, out, distances("B M M")) <= 1e-6  # as squares: rounding
     assert _input_rel_diff(ref, ref * 1.01, distances("B M M")) > 1e-2  # a real change is still one
+
+
+def test_a_graph_without_matching_nodes_has_nothing_to_probe():
+    """A pruning method's graph (or a dense one) has no matching op: no probed copy, no probes."""
+    from onnx import TensorProto, helper
+
+    from deploytk.exporter.probes import with_matching_outputs
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "dense",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
+    assert with_matching_outputs(helper.make_model(graph)) == (None, [])

@@ -224,3 +224,27 @@ def test_a_wrong_choice_after_a_proven_flip_is_refused(exported, tmp_path):
     assert not any(f["explained"] for f in flips)
     # an image that flipped at a proven tie before the tampered call is refused there, at the call that is wrong
     assert any(f["call"] < f["first_unproven_call"] for f in flips)
+
+
+def test_rounding_perturbation_proves_a_choice_at_an_exact_tie_and_nothing_else():
+    """An op with no near-tie proof of its own (a stand-in: argmax, lower index on ties): the backend's other choice at
+    an exact tie is reproduced by perturbing the reference's inputs by rounding; a choice a real margin away is not."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    spec = SimpleNamespace(torch_op=lambda scores: (torch.argmax(scores, dim=-1),), near_tie=None)
+    args = [torch.zeros(1, 2)]  # the tensor arguments are replaced in order by the inputs tried
+    tie, apart = torch.tensor([[1.0, 1.0]]), torch.tensor([[1.0, 1.1]])
+    assert _reproduces(spec, args, [tie], [tie.numpy()], np.array([1]))  # the op's own rule takes 0; perturbed, 1 too
+    assert not _reproduces(spec, args, [apart], [apart.numpy()], np.array([0]))
+
+
+def test_batches_without_a_failing_image_are_not_replayed():
+    """Only a batch with a failing image replays the reference: with none, nothing is run (the reference is None)."""
+    import numpy as np
+
+    from deploytk.validate.branches import explain_flips
+
+    batches = [np.zeros((2, 3, 8, 8), np.float32), np.zeros((2, 3, 8, 8), np.float32)]
+    assert explain_flips(None, [], batches, [{}, {}], [], 1e-4, 1e-4) == ([], {})
