@@ -96,6 +96,7 @@ def hf_model(name: str, config_class: str, **extra):
     return changed_weights(getattr(transformers, name)(config), seed=6).eval()
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_a_transformers_vit_classifier_object_round_trips(tmp_path):
     model = hf_model("ViTForImageClassification", "ViTConfig", intermediate_size=128, num_labels=10)
     artifact = round_trip(model, tmp_path, seeded_images(2, img=32).numpy(), method="tome", r=4)
@@ -103,6 +104,7 @@ def test_a_transformers_vit_classifier_object_round_trips(tmp_path):
     assert artifact.manifest["model"]["class"] == "ViTForImageClassification"
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_a_dinov2_object_exports_patch_features_and_round_trips(tmp_path):
     model = hf_model("Dinov2Model", "Dinov2Config", mlp_ratio=2)
     artifact = round_trip(model, tmp_path, seeded_images(2, img=32).numpy(), output_kind="patch_features", method="tome", r=4)

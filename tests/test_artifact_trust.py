@@ -144,6 +144,7 @@ def profile_args(art) -> list[str]:
     return ["profile", str(art), "--backend", "ort", "--batch-sizes", "1", "--warmup", "0", "--iterations", "1", "--json"]
 
 
+@pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_a_corrupt_cached_baseline_is_rebuilt_and_said(exported, tmp_path, monkeypatch):
     monkeypatch.setenv("DEPLOYTK_CACHE", str(tmp_path / "cache"))
     art = exported("digits_vit_tome_r4")

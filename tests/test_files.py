@@ -243,3 +243,33 @@ def test_written_files_and_directories_get_the_umask_modes_not_owner_only(tmp_pa
         os.umask(umask)
     assert stat.S_IMODE((tmp_path / "a.json").stat().st_mode) == 0o644
     assert stat.S_IMODE((tmp_path / "d").stat().st_mode) == 0o755
+
+
+def test_a_cache_entry_that_changed_or_has_no_record_is_rebuilt_and_said(tmp_path, monkeypatch):
+    """deploytk's cache (the dense baselines) checks each entry against the sha256 recorded when it was made: a flipped
+    byte, a truncated file or an entry without its record is made again, with a notice; a sound one is read as it is.
+    (The slow tier does the same with a real baseline under `deploytk profile`: tests/test_artifact_trust.py.)"""
+    from deploytk.files import cached_file
+
+    monkeypatch.setenv("DEPLOYTK_CACHE", str(tmp_path / "cache"))
+    made = []
+
+    def make(tmp: Path, name: str) -> None:
+        made.append(name)
+        tmp.write_bytes(b"baseline " * 100)
+
+    entry = cached_file("baselines", "dense.onnx", make, "dense baseline of art")
+    good = entry.read_bytes()
+    assert cached_file("baselines", "dense.onnx", make, "dense baseline of art") == entry and made == ["dense.onnx"]
+    flipped = bytearray(good)
+    flipped[len(flipped) // 2] ^= 0xFF
+    for damaged in (bytes(flipped), good[: len(good) // 3]):
+        entry.write_bytes(damaged)
+        with pytest.warns(
+            UserWarning, match=r"the cached dense baseline of art \(.*dense.onnx\) did not match its recorded sha256; rebuilt it"
+        ):
+            assert cached_file("baselines", "dense.onnx", make, "dense baseline of art").read_bytes() == good
+    entry.with_name("dense.onnx.json").unlink()
+    with pytest.warns(UserWarning, match="had no record of its sha256; rebuilt it"):
+        assert cached_file("baselines", "dense.onnx", make, "dense baseline of art").read_bytes() == good
+    assert len(made) == 4

@@ -79,8 +79,11 @@ def test_no_reduction_equals_the_models_own_forward_in_torch_onnxruntime_and_ope
     x = images()
     with torch.no_grad():
         want = getattr(own(pixel_values=x), CLASSES[name][2]).numpy()
-        reference = build_reference(config(saved[name]))(x).numpy()
+        merged = build_reference(config(saved[name]))
+        reference = merged(x).numpy()
+        dense = merged.family.plain()(x).numpy()  # the unmerged model as the dense baseline and the rebuild check call it
     np.testing.assert_allclose(reference, want, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(dense, want, rtol=0, atol=1e-5)
     manifest = run_export(config(saved[name]), tmp_path / "a")
     assert manifest["model"]["class"] == name and manifest["model"]["family"].startswith("hf-")
     got = ort_session(tmp_path / "a" / "model.onnx").run(None, {"input": x.numpy()})[0]

@@ -62,10 +62,14 @@ def test_timm_patch_features_and_layer_tokens_equal_the_models_own():
         hidden = vit.norm_pre(vit._pos_embed(vit.patch_embed(x)))
         for blk in vit.blocks[:-2]:
             hidden = blk(hidden)
-    feats = run(merged(vit, output=OutputSpec("patch_features")), x)
+    features_model = merged(vit, output=OutputSpec("patch_features"))
+    assert features_model.output_names == ["patch_features"]  # the graph's output name
+    feats = run(features_model, x)
     assert feats.shape == (2, 16, 192)
     torch.testing.assert_close(feats, own[:, 1:], atol=1e-5, rtol=0)
-    tokens, sizes = run(merged(vit, output=OutputSpec("tokens", feature_layer=-3)), x)  # hidden_states[-3]: after 10 blocks
+    tokens_model = merged(vit, output=OutputSpec("tokens", feature_layer=-3))
+    assert tokens_model.output_names == ["tokens", "token_sizes"]
+    tokens, sizes = run(tokens_model, x)  # hidden_states[-3]: after 10 blocks
     torch.testing.assert_close(tokens, hidden[:, 1:], atol=1e-5, rtol=0)
     assert torch.equal(sizes, torch.ones(2, 16))
     with_prefix = run(merged(vit, output=OutputSpec("tokens", feature_layer=10, keep_prefix_tokens=True)), x)[0]
