@@ -210,3 +210,18 @@ def test_a_repository_that_is_not_there_is_refused_before_anything_is_made(tmp_p
     assert done.returncode == 2, done.stderr
     assert f"error: {missing} is not a folder" in done.stderr
     assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_a_process_group_is_gone_only_when_its_last_member_is():
+    """The wrapper's stop waits for the whole process group (what tritonserver starts included): a live member keeps it
+    waiting to its timeout, a killed and reaped one does not."""
+    from serving.tritonserver import _wait_until_gone, group_members
+
+    child = subprocess.Popen(["sleep", "60"], start_new_session=True)  # its own group: pgid == pid
+    try:
+        assert group_members(child.pid) == [child.pid]
+        assert not _wait_until_gone(child.pid, timeout=0.2)  # still there after the timeout
+    finally:
+        child.kill()
+        child.wait()
+    assert group_members(child.pid) == [] and _wait_until_gone(child.pid, timeout=5)
