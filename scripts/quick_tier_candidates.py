@@ -5,9 +5,9 @@ Reads a coverage file recorded with per-test contexts and the same run's JUnit X
         --cov-context=test --junitxml=junit.xml
     python scripts/quick_tier_candidates.py .coverage junit.xml [--min-seconds 2]
 and walks the test functions from the most expensive down: a function (all its parametrized cases together) is a
-candidate when every line it covers is still covered by the functions kept so far or by no test at all (import and
-collection). Lines a test reaches only through a subprocess it starts are not seen here unless coverage follows
-subprocesses, so the candidates are where to look, not a verdict: the split itself is the ``slow`` marks in the tests.
+candidate when every line it covers is still covered by the functions kept so far or at import and collection time.
+Lines a test reaches only through a subprocess it starts are not seen here unless coverage follows subprocesses, so
+the candidates are where to look, not a verdict: the split itself is the ``slow`` marks in the tests.
 """
 
 from __future__ import annotations
@@ -69,14 +69,12 @@ def main() -> None:
 
     per_test, everything = lines_per_function(args.coverage_file)
     seconds = junit_seconds(args.junit_xml)
-    baseline = per_test.pop("", set())
-    per_test = {name: lines for name, lines in per_test.items() if name in seconds}  # only this run's tests hold lines
+    baseline = per_test.pop("", set())  # covered whatever tests run: no test needs to hold these
+    per_test = {name: lines - baseline for name, lines in per_test.items() if name in seconds}  # this run's tests only
     holders: dict[tuple[str, int], int] = defaultdict(int)
     for lines in per_test.values():
         for line in lines:
             holders[line] += 1
-    for line in baseline:
-        holders[line] += 10**6
 
     handed, kept_seconds = [], 0.0
     for name in sorted(seconds, key=seconds.get, reverse=True):
@@ -88,7 +86,7 @@ def main() -> None:
         else:
             kept_seconds += seconds[name]
     total = sum(seconds.values())
-    print(f"# {len(everything)} lines covered; {len(seconds)} test functions, {total:.0f} s of test time")
+    print(f"# {len(everything)} lines run (coverage's line records); {len(seconds)} test functions, {total:.0f} s of test time")
     print(f"# candidates: {len(handed)} functions, {total - kept_seconds:.0f} s; kept: {kept_seconds:.0f} s")
     for name in handed:
         print(f"{seconds[name]:8.1f}  {name}")
