@@ -1,6 +1,6 @@
 """Issue 42, item 4: the CLI answers at once. `deploytk --help`, `--version`, `deploytk methods` and a command's `--help` import none of the
 heavy libraries (each is run in a fresh interpreter and its sys.modules read), `import deploytk` neither, and the copies
-in deploytk/cli/defaults.py that the help texts are built from equal the library tables they copy."""
+in deploytk/defaults.py that the help texts are built from equal the library tables they copy."""
 
 import json
 import os
@@ -11,8 +11,8 @@ from dataclasses import asdict
 import pytest
 from typer.testing import CliRunner
 
-from deploytk import __version__
-from deploytk.cli import app, defaults
+from deploytk import __version__, defaults
+from deploytk.cli import app
 
 HEAVY = ("torch", "onnx", "onnxruntime", "openvino", "timm", "transformers", "polygraphy")
 
@@ -57,6 +57,19 @@ def test_import_deploytk_is_light():
     assert done.stdout.strip() == "[]"
 
 
+def test_load_imports_no_model_code(exported):
+    """Issue 55: `deploytk.load` answers in well under a second because opening an artifact (manifest, seal, model.onnx's
+    sha256) needs no torch, timm, transformers or runtime; ONNX is allowed (it names the external-data file)."""
+    folder = exported("digits_vit_tome_r4")
+    code = (
+        f"import sys, deploytk; artifact = deploytk.load({str(folder)!r}); print(repr(artifact)); "
+        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    shown, heavy = done.stdout.strip().splitlines()
+    assert "method='tome', r=4" in shown and heavy == "['onnx']"
+
+
 def test_python_m_deploytk_version_prints_the_package_version():
     done = subprocess.run([sys.executable, "-m", "deploytk", "--version"], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout, done.stderr) == (0, f"deploytk {__version__}\n", "")
@@ -77,9 +90,12 @@ def test_shell_completion_is_on():
 
 
 def test_cli_defaults_equal_the_library_tables():
-    """defaults.py copies what help texts need; each copy must equal its source (change both together)."""
+    """deploytk.defaults copies what help texts and the API's defaults need; each copy must equal its source (change
+    both together)."""
     from deploytk_plugins.aot import ARCHES
 
+    from deploytk.adapters.hf_common import HF_PREFIX
+    from deploytk.api.inputs import CONFIG_SUFFIXES
     from deploytk.backends import BACKENDS, DEFAULT_BACKEND
     from deploytk.config import DEFAULT_CONFIG
     from deploytk.package import DEFAULT_ONNX_MAX_BATCH
@@ -98,3 +114,4 @@ def test_cli_defaults_equal_the_library_tables():
     assert defaults.ARCHES == tuple(ARCHES)
     assert (defaults.VISUALIZE_REFERENCE, defaults.VISUALIZE_BACKENDS) == (REFERENCE, tuple(backend_names()))
     assert defaults.DEFAULT_ONNX_MAX_BATCH == DEFAULT_ONNX_MAX_BATCH
+    assert (defaults.HF_PREFIX, defaults.CONFIG_SUFFIXES) == (HF_PREFIX, CONFIG_SUFFIXES)

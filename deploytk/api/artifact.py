@@ -7,11 +7,10 @@ artifact from Python with numpy arrays in and out, whatever the runtime.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from deploytk.analysis.inspect import inspect_config
 from deploytk.api.reports import (
     BuildReport,
     EvaluationReport,
@@ -21,20 +20,17 @@ from deploytk.api.reports import (
     ValidationReport,
     VisualizationReport,
 )
-from deploytk.backends import DEFAULT_BACKEND, LoadedModel, get_backend
-from deploytk.build.builder import build_engine
-from deploytk.build.options import build_options
-from deploytk.evaluation.accuracy import evaluate as evaluate_accuracy
+from deploytk.defaults import DEFAULT_BACKEND, DEFAULT_CALIBRATION_IMAGES
+from deploytk.defaults import VISUALIZE_REFERENCE as REFERENCE
 from deploytk.exporter import artifacts
 from deploytk.inputs import InputKind
-from deploytk.package import package_triton
-from deploytk.profile.profiler import parse_batch_sizes
-from deploytk.profile.profiler import profile as profile_artifact
 from deploytk.progress import SILENT, Progress
-from deploytk.quantize import DEFAULT_CALIBRATION_IMAGES, default_output, run_quantize
-from deploytk.validate.validator import run_validations
-from deploytk.visualization import REFERENCE
-from deploytk.visualization import visualize as draw
+
+if TYPE_CHECKING:
+    from deploytk.backends import LoadedModel
+
+# Each verb imports the library code it runs when it runs: opening an artifact (``deploytk.load``) needs none of it,
+# and torch, ONNX Runtime and OpenVINO take seconds to import.
 
 
 def _backends(backend: str | list[str] | tuple[str, ...]) -> list[str]:
@@ -53,6 +49,8 @@ class Runner:
         self.output_name = artifact.output_name
         self.img_size = artifact.img_size
         self.input_kind = artifact.input_kind
+        from deploytk.backends import get_backend
+
         self._loaded: LoadedModel = get_backend(backend, validating=True).load(artifact, [1])
 
     def run(self, images: np.ndarray) -> dict[str, np.ndarray]:
@@ -161,6 +159,8 @@ class Artifact:
         ``max_flipped_choices``: the largest share of matching decisions (one per token per matching op per image) that
         may differ from the reference's at proven near-ties. ``max_branch_flips`` (deprecated, judged only where given):
         the largest share of images that may."""
+        from deploytk.validate.validator import run_validations
+
         reports, _ = run_validations(
             self.directory,
             list(_backends(backend)),  # a list of str | Backend, as run_validations takes
@@ -189,6 +189,9 @@ class Artifact:
         progress: Progress | None = None,
     ) -> ProfileReport:
         """Latency of the reduced model and of the same weights unreduced, alternating in one run."""
+        from deploytk.profile.profiler import parse_batch_sizes
+        from deploytk.profile.profiler import profile as profile_artifact
+
         sizes = parse_batch_sizes(batch_sizes) if isinstance(batch_sizes, str) else list(batch_sizes)
         return ProfileReport(profile_artifact(self.directory, backend, sizes, warmup, iterations, progress or SILENT))
 
@@ -205,6 +208,8 @@ class Artifact:
     ) -> Artifact:
         """INT8 for one runtime (openvino, ort, trt), calibrated on ``data`` (a folder of images) or ``synthetic`` seeded
         images: a new artifact (default: this folder's name + ``-int8-RUNTIME`` beside it)."""
+        from deploytk.quantize import default_output, run_quantize
+
         target = Path(output) if output is not None else default_output(self.directory, runtime)
         run_quantize(
             self.directory,
@@ -230,6 +235,8 @@ class Artifact:
         progress: Progress | None = None,
     ) -> PackageReport:
         """A Triton Inference Server model repository entry (config.pbtxt, the model, README) under ``triton``."""
+        from deploytk.package import package_triton
+
         return PackageReport(
             package_triton(
                 self.directory,
@@ -255,6 +262,9 @@ class Artifact:
         progress: Progress | None = None,
     ) -> BuildReport:
         """The TensorRT engine (and the dense baseline's) with deploytk's plugins: needs TensorRT and an NVIDIA GPU."""
+        from deploytk.build.builder import build_engine
+        from deploytk.build.options import build_options
+
         spec = batch if isinstance(batch, str) else ",".join(str(b) for b in batch)
         options = build_options(
             spec,
@@ -268,6 +278,8 @@ class Artifact:
 
     def inspect(self, progress: Progress | None = None) -> InspectReport:
         """The exported schedule and GFLOPs per layer (``deploytk inspect`` of the config this artifact was made from)."""
+        from deploytk.analysis.inspect import inspect_config
+
         return InspectReport(inspect_config(self._artifact.reference_config, progress or SILENT))
 
     def evaluate(
@@ -280,6 +292,8 @@ class Artifact:
         progress: Progress | None = None,
     ) -> EvaluationReport:
         """Top-1/top-5 on an ImageFolder of the dense model, the reference and this artifact on ``backend``."""
+        from deploytk.evaluation.accuracy import evaluate as evaluate_accuracy
+
         cfg = self._artifact.reference_config
         return EvaluationReport(
             evaluate_accuracy(
@@ -307,6 +321,8 @@ class Artifact:
         """``image`` with every patch coloured by the token it belongs to after each chosen block, written to ``output``
         (``deploytk.visualize`` of this artifact): ``backend="reference"`` draws its PyTorch reference's choices, a runtime
         (``ort``, ``openvino``) the choices this artifact's graph makes there."""
+        from deploytk.visualization import visualize as draw
+
         return VisualizationReport(
             draw(
                 self._artifact.reference_config,

@@ -11,15 +11,9 @@ import re
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from torch import nn
-
-from deploytk.adapters import describe_families
-from deploytk.adapters.hf_common import HF_PREFIX
-from deploytk.analysis.inspect import inspect_config
 from deploytk.api.artifact import Artifact
-from deploytk.api.inputs import CONFIG_SUFFIXES, ModelLike, resolve
 from deploytk.api.reports import (
     CalibrationReport,
     CleanReport,
@@ -32,28 +26,27 @@ from deploytk.api.reports import (
     TuneReport,
     VisualizationReport,
 )
-from deploytk.backends import DEFAULT_BACKEND
-from deploytk.calibration import calibrate_config
-from deploytk.config import DeployConfig
-from deploytk.diagnostics import environment_report
+from deploytk.defaults import CONFIG_SUFFIXES, DEFAULT_BACKEND, HF_PREFIX
+from deploytk.defaults import VISUALIZE_REFERENCE as REFERENCE
 from deploytk.errors import DeploytkError, ExportNotice, NotRebuildableWarning
-from deploytk.evaluation.accuracy import evaluate as evaluate_accuracy
-from deploytk.evaluation.accuracy import scan_image_folder
 from deploytk.exporter.artifacts import MANIFEST_FILE
-from deploytk.exporter.pipeline import NOTE_NOT_REBUILDABLE, run_export
-from deploytk.files import stale_entries
-from deploytk.merging.merged_vit import MergedViT
-from deploytk.models import build_reference
-from deploytk.ops.selftest import run_selftest
 from deploytk.progress import SILENT, Progress
-from deploytk.reducers import describe_methods
-from deploytk.tuning import tune as tune_config
-from deploytk.visualization import REFERENCE
-from deploytk.visualization import visualize as draw
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from deploytk.api.inputs import ModelLike
+    from deploytk.config import DeployConfig
+    from deploytk.merging.merged_vit import MergedViT
+
+# Each verb imports the library code it runs when it runs (as ``Artifact``'s methods do): ``import deploytk`` and
+# ``deploytk.load`` need none of it, and torch alone takes seconds to import.
 
 
 def _default_output(model: ModelLike, cfg: DeployConfig) -> Path:
     """artifacts/<config stem>, or artifacts/<model>-<method> for a name or an object (as `deploytk export` names it)."""
+    from torch import nn
+
     if isinstance(model, (str, Path)) and Path(model).suffix in CONFIG_SUFFIXES:
         return Path("artifacts") / Path(model).stem
     name = type(model).__name__ if isinstance(model, nn.Module) else str(cfg.model).rstrip("/").split("/")[-1]
@@ -102,6 +95,9 @@ def export(
     assert artifact.validate(num_images=8).passed
     ```
     """
+    from deploytk.api.inputs import resolve
+    from deploytk.exporter.pipeline import NOTE_NOT_REBUILDABLE, run_export
+
     cfg, held = resolve(
         model,
         "deploytk.export()",
@@ -157,6 +153,11 @@ def patch(
     logits = merged(torch.zeros(1, 3, 32, 32))
     ```
     """
+    from torch import nn
+
+    from deploytk.api.inputs import resolve
+    from deploytk.models import build_reference
+
     if not isinstance(model, nn.Module):
         raise DeploytkError(f"`model` is a {type(model).__name__}; patch takes a torch.nn.Module (a timm or transformers ViT).")
     cfg, _ = resolve(
@@ -169,6 +170,9 @@ def inspect(
     model: ModelLike, *, method: str | None = None, r: Any = None, progress: Progress | None = None, **options: Any
 ) -> InspectReport:
     """Token schedule and GFLOPs (fvcore convention) per layer and in total; weights do not matter."""
+    from deploytk.analysis.inspect import inspect_config
+    from deploytk.api.inputs import resolve
+
     cfg, _ = resolve(model, "deploytk.inspect()", method=method, r=r, **options)
     return InspectReport(inspect_config(cfg, progress or SILENT))
 
@@ -203,6 +207,8 @@ def tune(
 
     ``command_line``: how the report's ``command`` (what reproduces the run) is spelt, ``command_line(config, arguments)``;
     default: this Python call. The CLI passes its own, which writes the shell command."""
+    from deploytk.tuning import tune as tune_config
+
     report = tune_config(
         _config_path(config, "deploytk.tune()"),
         budget_ms,
@@ -234,6 +240,8 @@ def calibrate(
     progress: Progress | None = None,
 ) -> CalibrationReport:
     """ATM run dynamically on calibration images, its per-layer r fixed as a new config (``output``)."""
+    from deploytk.calibration import calibrate_config
+
     report = calibrate_config(
         _config_path(config, "deploytk.calibrate()"),
         images=Path(images) if images is not None else None,
@@ -269,6 +277,9 @@ def visualize(
 
     ``config_name``: how the report and errors name the model (default: the name or path given, else "the model"; the CLI
     passes its CONFIG path with the config object it built)."""
+    from deploytk.api.inputs import resolve
+    from deploytk.visualization import visualize as draw
+
     directory = _export_folder(model)
     if directory is not None:
         given = next((k for k, v in {"method": method, "r": r, **options}.items() if v is not None), None)
@@ -331,6 +342,10 @@ def evaluate(
     """Top-1/top-5 on an ImageFolder of the dense model, the reduced reference and its export on ``backend``.
 
     ``config_name``: how the report and errors name the model (as for ``visualize``)."""
+    from deploytk.api.inputs import resolve
+    from deploytk.evaluation.accuracy import evaluate as evaluate_accuracy
+    from deploytk.evaluation.accuracy import scan_image_folder
+
     if batch_size < 1:
         raise DeploytkError(f"`batch_size={batch_size}`: must be an int >= 1.")
     scan_image_folder(Path(data), limit)  # bad data / limit fail before any model is built
@@ -350,22 +365,30 @@ def evaluate(
 
 def methods() -> MethodsReport:
     """Every token-reduction method, its paper, options and the ops it exports."""
+    from deploytk.reducers import describe_methods
+
     return MethodsReport({"methods": describe_methods()})
 
 
 def families() -> FamiliesReport:
     """Every model family: how a config names its models, the classes it runs."""
+    from deploytk.adapters import describe_families
+
     return FamiliesReport({"families": describe_families()})
 
 
 def doctor() -> DoctorReport:
     """What this environment can run: versions, ONNX Runtime's providers, the GPU, TensorRT, OpenVINO, the pip extras."""
+    from deploytk.diagnostics import environment_report
+
     return DoctorReport(environment_report())
 
 
 def clean(path: str | Path, dry_run: bool = False) -> CleanReport:
     """Remove what killed deploytk runs left under ``path`` (``.NAME.tmp-*`` / ``.NAME.old-*`` temporaries, lock files
     whose writer is gone); a live writer's entries are listed as in use and never touched. ``dry_run``: list only."""
+    from deploytk.files import stale_entries
+
     entries = stale_entries(Path(path), remove=not dry_run)
     return CleanReport({"path": str(path), "removed": not dry_run, "entries": entries})
 
@@ -373,4 +396,6 @@ def clean(path: str | Path, dry_run: bool = False) -> CleanReport:
 def selftest(seed: int = 0, progress: Progress | None = None) -> SelftestReport:
     """Every Triton kernel against its PyTorch reference: natively on a CUDA GPU, or in Triton's interpreter when the
     process was started with ``TRITON_INTERPRET=1`` (small shapes)."""
+    from deploytk.ops.selftest import run_selftest
+
     return SelftestReport(run_selftest(seed, progress or SILENT))

@@ -20,13 +20,14 @@ from pathlib import Path
 
 import typer
 
-from deploytk.cli import defaults, quiet, render
+from deploytk import defaults
+from deploytk.cli import quiet, render
 from deploytk.cli.render import RichProgress, fail
 from deploytk.errors import DeploytkError, param
 
 # Each command imports deploytk.api (or its own library module) inside its body: the API imports torch, ONNX and OpenVINO,
 # and `deploytk --help`, `--version`, `methods` and a command's `--help` need none of them (issue 42). Help texts and defaults come
-# from `defaults.py`, whose copies a test holds equal to the library's tables.
+# from `deploytk.defaults`, whose copies a test holds equal to the library's tables.
 
 # help texts are plain text: rich markup would eat every "[...]" in them (the per-precision defaults did vanish)
 app = typer.Typer(

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from deploytk import progress as library_progress
-from deploytk.cli.defaults import VISUALIZE_REFERENCE
+from deploytk.defaults import VISUALIZE_REFERENCE
 from deploytk.errors import PARAMETER, DeploytkNotice
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)

@@ -9,15 +9,16 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from deploytk.adapters.hf_common import HF_PREFIX
-from deploytk.config import DeployConfig, config_from_dict
 from deploytk.errors import DeploytkError
 from deploytk.exporter.manifest import sha256_file, sha256_tree
 from deploytk.exporter.onnx_io import data_file_name
 from deploytk.files import DirectoryKind
 from deploytk.inputs import InputKind, input_from_record
-from deploytk.models import is_held
+
+if TYPE_CHECKING:  # opening an artifact needs no model code (deploytk.load stays fast); its config is read when asked for
+    from deploytk.config import DeployConfig
 
 MODEL_FILE = "model.onnx"
 #: `export` with `fmt='onnx-inlined'`: the same graph with the deploytk functions inlined (standard ops only)
@@ -158,6 +159,8 @@ class Artifact:
 
     @cached_property
     def config(self) -> DeployConfig:
+        from deploytk.config import config_from_dict
+
         return config_from_dict(self.manifest["config"], f"{self.directory}/manifest.json")
 
     @cached_property
@@ -165,6 +168,8 @@ class Artifact:
         """``config`` for rebuilding the PyTorch reference, after checking that the weights it names are the ones the
         artifact was made from (the checkpoint file, the ``hf:`` folder): a moved or changed source is refused with its
         path before any work, instead of a reference of other weights failing validation (or a Hub lookup)."""
+        from deploytk.adapters.hf_common import HF_PREFIX
+
         cfg, model = self.config, self.manifest["model"]
         if model.get("source") is not None:
             return self._object_reference_config(cfg, model["source"])
@@ -191,6 +196,8 @@ class Artifact:
     def _object_reference_config(self, cfg: DeployConfig, source: dict) -> DeployConfig:
         """An export of a Python model object: the object itself while this process holds it, else the model its stored
         files rebuild (checked against their sha256), else a refusal that says why and what to do."""
+        from deploytk.models import is_held
+
         if is_held(cfg.model):
             return cfg
         if source.get("rebuild") is None:

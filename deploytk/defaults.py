@@ -1,9 +1,10 @@
-"""What the CLI's option defaults and help texts say about the library, without importing it.
+"""What the CLI's help texts and the Python API's default arguments say about the library, without importing it.
 
-Typer builds every help text when ``deploytk.cli`` is imported, and the tables these come from live in modules that
-import torch, ONNX and OpenVINO (issue 42: ``deploytk --help`` took 5 s and 1 GB for that). Each value here is a copy of
-one library table, named beside it; ``tests/test_cli_startup.py`` holds every copy equal to its source, so a change
-there fails the suite until it is made here too. Nothing here decides anything: the commands still ask the library.
+Typer builds every help text when ``deploytk.cli`` is imported, and ``deploytk.load`` needs no model code; the tables
+these come from live in modules that import torch, ONNX and OpenVINO (issue 42: the CLI's help took 5 s and 1 GB
+for that; issue 55: ``deploytk.load`` took 8 s). Each value here is a copy of one library table, named beside it;
+``tests/test_cli_startup.py`` holds every copy equal to its source, so a change there fails the suite until it is made
+here too. Nothing here decides anything: the commands still ask the library.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 #: deploytk.config.DEFAULT_CONFIG
-DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "export_configs" / "deit_small_tome_r16.yaml"
+DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "export_configs" / "deit_small_tome_r16.yaml"
 #: deploytk.backends.BACKENDS' names, in order, and those whose outputs can be validated (Backend.validates)
 BACKEND_NAMES = ("ort", "ort-cuda", "openvino", "torch", "trt")
 VALIDATING_BACKEND_NAMES = ("ort", "ort-cuda", "openvino", "trt")
@@ -56,3 +57,7 @@ VISUALIZE_REFERENCE = "reference"
 VISUALIZE_BACKENDS = ("reference", "ort", "ort-cuda", "openvino")
 #: deploytk.package.DEFAULT_ONNX_MAX_BATCH
 DEFAULT_ONNX_MAX_BATCH = 8
+#: deploytk.adapters.hf_common.HF_PREFIX: how a config names a transformers model
+HF_PREFIX = "hf:"
+#: deploytk.api.inputs.CONFIG_SUFFIXES: what a YAML config's file name ends with
+CONFIG_SUFFIXES = (".yaml", ".yml")
