@@ -29,20 +29,17 @@ from deploytk.adapters.hf_common import HF_PREFIX
 from deploytk.errors import DeploytkError, file_problem
 from deploytk.merging.outputs import DENSE_KINDS, OutputSpec
 from deploytk.merging.reduction import MethodOptions, Reduction
+from deploytk.ready_made import DEFAULT_CONFIG
+from deploytk.ready_made import find as find_ready_made
 from deploytk.reducers import get_method
-
-#: what `deploytk export` / `inspect` use without a CONFIG: found beside the package (the source tree's export_configs/),
-#: not in the working directory
-DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "export_configs" / "deit_small_tome_r16.yaml"
 
 
 def default_config() -> Path:
-    """DEFAULT_CONFIG, or a clear error where this install does not have it (a wheel holds no export_configs/)."""
+    """The ready-made config used without one, or a clear error where this install does not have it."""
     if not DEFAULT_CONFIG.is_file():
         raise DeploytkError(
-            f"no CONFIG was given and the default config {DEFAULT_CONFIG} is not part of this installation "
-            "(it ships in the source tree's export_configs/).",
-            hint="Pass a config YAML, e.g. `deploytk export my_config.yaml`.",
+            f"no CONFIG was given and the default config {DEFAULT_CONFIG} is not part of this installation.",
+            hint="Pass a config YAML, e.g. `deploytk export my_config.yaml`, or reinstall deploytk.",
         )
     return DEFAULT_CONFIG
 
@@ -293,17 +290,23 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 
 def load_config(path: str | Path) -> DeployConfig:
-    """Read and validate a YAML config (UTF-8 text; a key given twice in one mapping is refused)."""
+    """Read and validate a YAML config (UTF-8 text; a key given twice in one mapping is refused). ``path`` may also be a
+    ready-made config's name (``deit_small_tome_r16``) where no such file is in the working folder."""
     path = Path(path)
     problem = file_problem(path)
+    if problem == "does not exist" and find_ready_made(path) is not None:
+        path, problem = find_ready_made(path), None
     if problem:
-        raise DeploytkError(f"config file {path} {problem}.", hint="Pass a YAML file such as export_configs/deit_small_tome_r16.yaml.")
+        raise DeploytkError(
+            f"config file {path} {problem}.",
+            hint="Pass a YAML file, or a ready-made config's name such as deit_small_tome_r16 (`deploytk configs` lists them).",
+        )
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
         raise DeploytkError(
             f"config {path} is not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset {err.start}); a config is a YAML text file.",
-            hint="Pass a YAML file such as export_configs/deit_small_tome_r16.yaml.",
+            hint="Pass a YAML file, or a ready-made config's name such as deit_small_tome_r16 (`deploytk configs` lists them).",
         ) from None
     except OSError as err:
         raise DeploytkError(f"config {path} cannot be read: {err.strerror or err}.") from None
@@ -318,7 +321,7 @@ def load_config(path: str | Path) -> DeployConfig:
         raise DeploytkError(
             f"config {path} is empty: it names no model or merge method.",
             hint="Write at least `model: <timm ViT name>` and `merge: {method: tome, r: 16}`; "
-            f"{DEFAULT_CONFIG.name} in export_configs/ is a complete example.",
+            f"the ready-made {DEFAULT_CONFIG.name} ({DEFAULT_CONFIG}) is a complete example.",
         )
     return _hf_folder_from_config_folder(_checkpoint_from_config_folder(config_from_dict(data, str(path)), path), path)
 

@@ -9,10 +9,6 @@ here too. Nothing here decides anything: the commands still ask the library.
 
 from __future__ import annotations
 
-from pathlib import Path
-
-#: deploytk.config.DEFAULT_CONFIG
-DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "export_configs" / "deit_small_tome_r16.yaml"
 #: deploytk.backends.BACKENDS' names, in order, and those whose outputs can be validated (Backend.validates)
 BACKEND_NAMES = ("ort", "ort-cuda", "openvino", "torch", "trt")
 VALIDATING_BACKEND_NAMES = ("ort", "ort-cuda", "openvino", "trt")

@@ -26,11 +26,28 @@ def param(name: str, value: object = "") -> str:
 
 
 class DeploytkError(Exception):
-    """A problem the user can fix: names the bad field/value and what is allowed."""
+    """A problem the user can fix: names the bad field/value and what is allowed.
 
-    def __init__(self, message: str, *, hint: str | None = None):
+    Catch this one type around any deploytk call; ``str(err)`` is the message and its hint, the one paragraph the CLI
+    prints. Its fields, for code that reacts to the error rather than showing it:
+
+    Attributes:
+        message: what is wrong, without the hint.
+        hint: what to do about it, or None.
+        parameter: the keyword the error is about (``num_images``), or None where it is about no one parameter (a
+            file, a config key); where not given, the first parameter the message marks (`num_images=0`).
+        value: the value given for ``parameter`` (as the caller passed it where given, else as the message shows it),
+            or None.
+    """
+
+    def __init__(self, message: str, *, hint: str | None = None, parameter: str | None = None, value: object = None):
         self.message = message
         self.hint = hint
+        marked = PARAMETER.search(message)
+        if parameter is None and marked is not None:
+            parameter, value = marked.group(1), (marked.group(2) or None) if value is None else value
+        self.parameter = parameter
+        self.value = value
         super().__init__(message if hint is None else f"{message} {hint}")
 
 

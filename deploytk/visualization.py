@@ -137,7 +137,7 @@ def trace(
         if any(r.kind == "soft" for r in sources.records):
             raise DeploytkError(
                 f"method {cfg.merge.method} makes no discrete choice in the graph (its tokens are learned soft mixtures of all "
-                f"patches, computed with standard ONNX ops): `backend={backend}` has nothing of its own to show; use `backend=torch`."
+                f"patches, computed with standard ONNX ops): `backend={backend}` has nothing of its own to show; use `backend={REFERENCE}`."
             )
         temporary = tempfile.TemporaryDirectory(prefix="deploytk-visualize-") if artifact is None else contextlib.nullcontext()
         with temporary as tmp:

@@ -4,7 +4,12 @@
 # the [test] extra, whose tritonclient pins protobuf below 7, so it never sees what `pip install -e ".[openvino]"` alone
 # resolves (protobuf 7, which broke validate --backend openvino).
 #
-#   scripts/extras_smoke.sh [EXTRA ...]     (default: core openvino int8 hf serve; `make extras-smoke`)
+#   scripts/extras_smoke.sh [EXTRA ...]     (default: core openvino int8 hf serve wheel; `make extras-smoke`)
+#
+# `wheel` is not an extra but the package as a user gets it (issue 55): deploytk's wheel, built from a copy of the
+# checkout's files (tracked and not ignored: a stale build/ cannot leak into it), installed with [openvino] and not
+# editable; from a folder outside the checkout it runs the README's CLI steps on a ready-made config by name and the
+# README's Python block, read from README.md.
 #
 # PYTHON (python3) makes the venvs; TORCH_PAIR (the Makefile's) is installed once into a base venv, which each extra's
 # venv copies with hard links (`cp -al`: seconds, no disk) before pip resolves the extra into the copy: the extra's
@@ -19,7 +24,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PYTHON="${PYTHON:-python3}"
 TORCH_PAIR="${TORCH_PAIR:-$(sed -n 's/^TORCH_PAIR := //p' "$ROOT/Makefile")}"
 EXTRAS=("$@")
-[ ${#EXTRAS[@]} -gt 0 ] || EXTRAS=(core openvino int8 hf serve)
+[ ${#EXTRAS[@]} -gt 0 ] || EXTRAS=(core openvino int8 hf serve wheel)
 WORK="$(mktemp -d -p "${EXTRAS_SMOKE_DIR:-${TMPDIR:-/tmp}}" deploytk-extras.XXXXXX)" || exit 1
 trap 'rm -rf "$WORK"' EXIT
 export DEPLOYTK_CACHE="$WORK/cache" # the dense baselines quantize exports: this run's, never the user's ~/.cache
@@ -60,8 +65,8 @@ EOF
 
 for extra in "${EXTRAS[@]}"; do # before the base venv's minute: a name without a smoke command
 	case "$extra" in
-	core | openvino | int8 | hf | serve) ;;
-	*) fail "$extra" "no smoke command for this extra (core, openvino, int8, hf, serve)" /dev/null ;;
+	core | openvino | int8 | hf | serve | wheel) ;;
+	*) fail "$extra" "no smoke command for this extra (core, openvino, int8, hf, serve, wheel)" /dev/null ;;
 	esac
 done
 
@@ -85,7 +90,16 @@ for extra in "${EXTRAS[@]}"; do
 	[ "$extra" = core ] || spec="$ROOT[$extra]"
 	rm -rf "$venv" "$run" && mkdir -p "$run"
 	cp -al "$BASE" "$venv" || fail "$extra" "cp -al of the base venv" /dev/null
-	step "$extra" "$log" "pip install -e '$spec'" "$venv/bin/python" "${PIP[@]}" --no-compile -e "$spec"
+	if [ "$extra" = wheel ]; then
+		src="$WORK/src" dist="$WORK/dist"
+		mkdir -p "$src" "$dist"
+		step "$extra" "$log" "copy the checkout's files" bash -c "cd '$ROOT' && git ls-files -z -c -o --exclude-standard | xargs -0 cp --parents -t '$src'"
+		step "$extra" "$log" "build the wheel" "$venv/bin/python" -m pip wheel --quiet --disable-pip-version-check --no-deps -w "$dist" "$src"
+		wheel_file=$(ls "$dist"/deploytk-*.whl)
+		step "$extra" "$log" "pip install $(basename "$wheel_file")[openvino]" "$venv/bin/python" "${PIP[@]}" --no-compile "$wheel_file[openvino]"
+	else
+		step "$extra" "$log" "pip install -e '$spec'" "$venv/bin/python" "${PIP[@]}" --no-compile -e "$spec"
+	fi
 	echo "  [$extra] $(versions "$venv")"
 	py="$venv/bin/python"
 	dt() { "$py" -m deploytk "$@"; } # the copy's console scripts would name the base's python: run the module
@@ -121,6 +135,18 @@ transformers.ViTForImageClassification(config).eval().save_pretrained("vit")
 open("hf_vit_tome.yaml", "w").write("model: hf:vit\nmerge:\n  method: tome\n  r: 4\nexport:\n  img_size: null\n  batch_size: 2\n")'
 		step "$extra" "$log" "export hf:vit (tome r=4)" dt export hf_vit_tome.yaml --output art
 		step "$extra" "$log" "validate --backend ort" dt validate art --backend ort --num-images 16
+		;;
+	wheel)
+		step "$extra" "$log" "deploytk imported from the installed wheel, not the checkout" "$py" -c "
+import deploytk, deploytk.ready_made as r, sys
+assert deploytk.__file__.startswith(sys.prefix) and r.FOLDER.is_relative_to(sys.prefix), (deploytk.__file__, r.FOLDER)"
+		step "$extra" "$log" "configs lists the ready-made configs" bash -c "'$py' -m deploytk configs --json | grep -q deit_small_tome_r16"
+		step "$extra" "$log" "export deit_small_tome_r16 --output x" dt export deit_small_tome_r16 --output x
+		step "$extra" "$log" "validate x" dt validate x
+		step "$extra" "$log" "profile x" dt profile x
+		step "$extra" "$log" "export and validate digits_vit_tome_r4 (its checkpoint in the wheel)" bash -c "'$py' -m deploytk export digits_vit_tome_r4 --output digits && '$py' -m deploytk validate digits --num-images 16"
+		"$py" -c 'import re, sys; print(re.search(r"## From Python.*?```python\n(.*?)```", open(sys.argv[1], encoding="utf-8").read(), re.S).group(1))' "$ROOT/README.md" >readme_python.py
+		step "$extra" "$log" "the README's Python block" "$py" readme_python.py
 		;;
 	serve)
 		step "$extra" "$log" "export $(basename "$CONFIG")" dt export "$CONFIG" --output art

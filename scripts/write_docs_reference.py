@@ -151,14 +151,21 @@ def cli_page() -> str:
 def api_page() -> str:
     import deploytk.api as api
 
-    objects = [getattr(api, name) for name in api.__all__]
+    aliases = {name: obj for name in api.__all__ if not callable(obj := getattr(api, name))}  # ModelLike: a type alias
+    objects = [getattr(api, name) for name in api.__all__ if name not in aliases]
     order = {}
     for obj in objects:  # source order within each module, so the page reads like the code
         order[obj] = (obj.__module__, inspect.getsourcelines(obj)[1])
     groups = [
-        ("Functions", "One verb per job, the same verbs as the CLI's commands.", "deploytk.api.functions"),
-        ("Artifact and Runner", "What `export` and `load` return, and the callable `Artifact.runner()` gives.", "deploytk.api.artifact"),
-        ("Reports", "The typed results: `to_dict()` is what the CLI's `--json` prints.", "deploytk.api.reports"),
+        ("Functions", "One verb per job, the same verbs as the CLI's commands.", ("deploytk.api.functions",)),
+        ("Artifact and Runner", "What `export` and `load` return, and the callable `Artifact.runner()` gives.", ("deploytk.api.artifact",)),
+        ("Reports", "The typed results: `to_dict()` is what the CLI's `--json` prints.", ("deploytk.api.reports",)),
+        (
+            "Errors and types",
+            "The one exception type (catch `deploytk.DeploytkError` around any call), the warnings, and the other types "
+            "the signatures above name.",
+            ("deploytk.errors", "deploytk.progress", "deploytk.inputs.base", "deploytk.config", "deploytk.merging.merged_vit"),
+        ),
     ]
     body = [
         "The Python API, re-exported from `deploytk` (`import deploytk; deploytk.export(...)`). Rendered from the "
@@ -166,15 +173,21 @@ def api_page() -> str:
         "",
     ]
     listed = set()
-    for title, intro, module in groups:
+    for title, intro, modules in groups:
         # Artifact before Runner, which is defined first because Artifact.runner() returns one
-        members = sorted((obj for obj in objects if obj.__module__ == module), key=lambda obj: (obj.__name__ != "Artifact", order[obj][1]))
+        members = sorted(
+            (obj for obj in objects if obj.__module__ in modules),
+            key=lambda obj: (modules.index(obj.__module__), obj.__name__ != "Artifact", order[obj][1]),
+        )
         if not members:
             continue
         body += [f"## {title}", "", intro, ""]
         for obj in members:
             listed.add(obj)
             body += [f"::: deploytk.{obj.__name__}", ""]  # its options: mkdocs.yml's mkdocstrings section
+    for name, alias in aliases.items():
+        shown = str(alias).replace("torch.nn.modules.module.Module", "torch.nn.Module").replace("pathlib.Path", "Path")
+        body += [f"`deploytk.{name}`: `{shown.replace('deploytk.config.', '')}`, what a `model` argument may be.", ""]
     missing = [obj.__qualname__ for obj in objects if obj not in listed]
     if missing:
         raise SystemExit(f"deploytk.api exports {missing} from a module this script does not list: add it to `groups`")

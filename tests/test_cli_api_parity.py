@@ -46,6 +46,7 @@ DROPPED = {
     "visualize": (),
     "methods": (),
     "families": (),
+    "configs": (),
     "calibrate": ("created",),
     # the message quotes the measured latencies (its start is compared in the test); the command that reproduces the run
     # is the shell command from the CLI and the Python call from the API (each checked in the test)
@@ -173,6 +174,11 @@ def test_methods():
 
 def test_families():
     assert_same("families", cli_json("families"), deploytk.families().to_dict())
+
+
+def test_configs():
+    assert_same("configs", cli_json("configs"), deploytk.configs().to_dict())
+    assert_same("configs", cli_json("configs", "MCTF"), deploytk.configs("mctf").to_dict())
 
 
 def test_calibrate(tmp_path, in_root):

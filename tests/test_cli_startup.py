@@ -35,7 +35,15 @@ def run_app(*args: str) -> tuple[dict, str]:
 
 @pytest.mark.parametrize(
     "args",
-    [("--help",), ("--version",), ("methods",), ("methods", "--json"), ("validate", "--help"), ("plugins", "compile", "--help")],
+    [
+        ("--help",),
+        ("--version",),
+        ("methods",),
+        ("methods", "--json"),
+        ("configs", "--json"),
+        ("validate", "--help"),
+        ("plugins", "compile", "--help"),
+    ],
     ids=" ".join,
 )
 def test_help_and_version_import_no_heavy_module(args):
@@ -59,7 +67,7 @@ def test_import_deploytk_is_light():
 
 def test_load_imports_no_model_code(exported):
     """Issue 55: `deploytk.load` answers in well under a second because opening an artifact (manifest, seal, model.onnx's
-    sha256) needs no torch, timm, transformers or runtime; ONNX is allowed (it names the external-data file)."""
+    sha256) needs no torch, timm, transformers, ONNX or runtime."""
     folder = exported("digits_vit_tome_r4")
     code = (
         f"import sys, deploytk; artifact = deploytk.load({str(folder)!r}); print(repr(artifact)); "
@@ -67,7 +75,7 @@ def test_load_imports_no_model_code(exported):
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     shown, heavy = done.stdout.strip().splitlines()
-    assert "method='tome', r=4" in shown and heavy == "['onnx']"
+    assert "method='tome', r=4" in shown and heavy == "[]"
 
 
 def test_python_m_deploytk_version_prints_the_package_version():
@@ -97,14 +105,12 @@ def test_cli_defaults_equal_the_library_tables():
     from deploytk.adapters.hf_common import HF_PREFIX
     from deploytk.api.inputs import CONFIG_SUFFIXES
     from deploytk.backends import BACKENDS, DEFAULT_BACKEND
-    from deploytk.config import DEFAULT_CONFIG
     from deploytk.package import DEFAULT_ONNX_MAX_BATCH
     from deploytk.quantize import DEFAULT_CALIBRATION_IMAGES
     from deploytk.tuning import PERCENTILES
     from deploytk.validate.validator import PRECISION_TOLERANCES
     from deploytk.visualization import REFERENCE, backend_names
 
-    assert defaults.DEFAULT_CONFIG == DEFAULT_CONFIG
     assert defaults.BACKEND_NAMES == tuple(BACKENDS)
     assert defaults.VALIDATING_BACKEND_NAMES == tuple(n for n, b in BACKENDS.items() if b.validates)
     assert defaults.DEFAULT_BACKEND == DEFAULT_BACKEND

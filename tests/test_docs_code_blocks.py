@@ -20,7 +20,7 @@ from helpers import snapshot
 from helpers.docs import ROOT, Block, every_block, fenced_blocks
 
 #: the commands a `run` block may hold: they read the repository and write nothing, in seconds on the digits ViT
-CHEAP = {"methods", "inspect", "families", "--help", "--version"}
+CHEAP = {"methods", "configs", "inspect", "families", "--help", "--version"}
 #: what a `run` marker can mean, per language
 RUNNABLE = {"bash", "yaml"}
 

@@ -1,7 +1,8 @@
 """The Python API's verbs: the same jobs as the CLI's commands, from whatever model the caller holds.
 
 ``model`` may be a ``torch.nn.Module`` of a supported family (never changed: deploytk works on a copy), a timm name, an
-``hf:`` name or folder, a YAML config path or a ``DeployConfig``. Keyword arguments override the config; method options
+``hf:`` name or folder, a YAML config path, a ready-made config's name (``deploytk.configs()``) or a ``DeployConfig``.
+Keyword arguments override the config; method options
 (``keep_rate=0.7``) are keywords too, checked by the method's own schema.
 """
 
@@ -17,6 +18,7 @@ from deploytk.api.artifact import Artifact
 from deploytk.api.reports import (
     CalibrationReport,
     CleanReport,
+    ConfigsReport,
     DoctorReport,
     EvaluationReport,
     FamiliesReport,
@@ -86,6 +88,30 @@ def export(
     ``NotRebuildableWarning`` is warned. What the export says about the artifact (that, or an r capped to what the model
     can take, recorded as it runs) is in ``artifact.notes``, each warned as an ``ExportNotice``.
 
+    Args:
+        model: what to export: a ``torch.nn.Module``, a timm name, an ``hf:`` name or folder, a YAML config path, a
+            ready-made config's name or a ``DeployConfig``.
+        output: the folder to write: new, empty or an earlier export. None: ``artifacts/<config stem>`` for a YAML path,
+            else ``artifacts/<model>-<method>``.
+        method: the token-reduction method (``deploytk.methods()``). None: the config's, else tome.
+        r: tokens merged per block: an int, one int per block, ``(r, inflection)`` or the CLI's text (``"16:-1"``).
+            None: the config's (16 where the method takes r).
+        options: method options as a dict, merged with ``**method_options``. None: the config's.
+        img_size: the input size: an int (square) or ``(H, W)``. None: the config's; a model object keeps its own size.
+        precision: the graph's precision: fp32, fp16 or bf16. None: the config's (fp32 by default).
+        output_kind: what the graph outputs: logits, embedding, patch_features or tokens. None: the model's own.
+        feature_layer: with patch_features or tokens, the hidden state after this many blocks (negative: from the end).
+            None: the model's final features.
+        batch_size: the example batch the export traces; the batch axis stays dynamic. None: the config's (8 by default).
+        checkpoint: a .safetensors / .pth state_dict or a JAX .npz to load. None: the config's; a model object keeps its
+            own weights.
+        fmt: ``"onnx"`` (the default): model.onnx; ``"onnx-inlined"``: also model.inlined.onnx, standard ops only (OpenVINO);
+            ``"onnx-ort"``: also model.ort.onnx, fused for ONNX Runtime's CPU (fp32 or fp16 only).
+        force: ``output`` is an earlier export that also holds other files: replace the export's own files and keep the
+            others. False: such a folder is refused.
+        progress: receives the steps as they run (the CLI's draws them). None: silent.
+        **method_options: method options as keywords (``keep_rate=0.7``), checked by the method's schema.
+
     ```python
     import timm
     import deploytk
@@ -126,7 +152,11 @@ def export(
 
 
 def load(directory: str | Path) -> Artifact:
-    """An earlier export, checked (its manifest's seal, model.onnx's sha256)."""
+    """An earlier export, checked (its manifest's seal, model.onnx's sha256).
+
+    Args:
+        directory: the folder ``export`` wrote (model.onnx + manifest.json).
+    """
     return Artifact(directory)
 
 
@@ -142,6 +172,17 @@ def patch(
 ) -> MergedViT:
     """The reduced PyTorch model, for work that stays in PyTorch: the same reference ``export`` traces, built on a copy
     of ``model`` (which is not changed). ``r`` defaults to 16 for the methods that take it.
+
+    Args:
+        model: a ``torch.nn.Module`` of a supported family (a timm or transformers ViT); deploytk works on a copy.
+        method: the token-reduction method (``deploytk.methods()``); tome by default.
+        r: tokens merged per block: an int, one int per block, ``(r, inflection)`` or the CLI's text (``"16:-1"``).
+            None: 16 where the method takes r.
+        prop_attn: proportional attention: log(token size) added to the attention logits. True by default.
+        output_kind: what the model outputs: logits, embedding, patch_features or tokens. None: the model's own.
+        feature_layer: with patch_features or tokens, the hidden state after this many blocks (negative: from the end).
+            None: the model's final features.
+        **options: method options as keywords (``keep_rate=0.7``), checked by the method's schema.
 
     ```python
     import timm
@@ -169,7 +210,17 @@ def patch(
 def inspect(
     model: ModelLike, *, method: str | None = None, r: Any = None, progress: Progress | None = None, **options: Any
 ) -> InspectReport:
-    """Token schedule and GFLOPs (fvcore convention) per layer and in total; weights do not matter."""
+    """Token schedule and GFLOPs (fvcore convention) per layer and in total; weights do not matter.
+
+    Args:
+        model: what to inspect: a ``torch.nn.Module``, a timm name, an ``hf:`` name or folder, a YAML config path, a
+            ready-made config's name or a ``DeployConfig``.
+        method: the token-reduction method (``deploytk.methods()``). None: the config's, else tome.
+        r: tokens merged per block: an int, one int per block, ``(r, inflection)`` or the CLI's text (``"16:-1"``).
+            None: the config's (16 where the method takes r).
+        progress: receives the steps as they run (the CLI's draws them). None: silent.
+        **options: method options as keywords (``keep_rate=0.7``), checked by the method's schema.
+    """
     from deploytk.analysis.inspect import inspect_config
     from deploytk.api.inputs import resolve
 
@@ -182,7 +233,8 @@ def _config_path(config: Any, where: str) -> Path:
         return Path(config)
     raise DeploytkError(
         f"`config` is {config!r}; {where} takes the path of a YAML config, because it writes a new config beside it.",
-        hint="Write the model's settings to a YAML file (see export_configs/) and pass its path.",
+        hint="Write the model's settings to a YAML file and pass its path; to start from a ready-made config, copy its file "
+        "(`deploytk configs --json` gives each one's path).",
     )
 
 
@@ -206,7 +258,27 @@ def tune(
     """The least aggressive schedule of ``config``'s method whose latency meets ``budget_ms`` here, written as a config.
 
     ``command_line``: how the report's ``command`` (what reproduces the run) is spelt, ``command_line(config, arguments)``;
-    default: this Python call. The CLI passes its own, which writes the shell command."""
+    default: this Python call. The CLI passes its own, which writes the shell command.
+
+    Args:
+        config: the path of a YAML config (.yaml / .yml) whose method's schedule knob is searched.
+        budget_ms: the latency budget for one batch, in milliseconds (> 0).
+        batch: the batch size the budget is for; 8 by default.
+        backend: the runtime measured: ort, ort-cuda, openvino, torch or trt; ort by default.
+        percentile: the latency statistic held to the budget: p50, p90 (10+ ``iterations``) or p99 (100+); p50 by default.
+        data: an ImageFolder (``DIR/<class>/<image>``): also measure top-1 and pick the most accurate candidate within
+            budget (logits models only). None: the least aggressive candidate within budget.
+        limit: with ``data``, the images used per candidate (class-interleaved); 256 by default, None: all.
+        inflections: r methods (tome, mctf) only: ToMe inflection schedules to search as well, e.g. ``[0, -0.5, -1]``.
+            None: the config's.
+        output: the tuned config to write (its .json report and .png plot go beside it). None:
+            ``<config stem>_tuned.yaml`` in the config's folder.
+        cache: where candidate exports are cached, so a rerun exports nothing. None: ``artifacts/tune/<config stem>``.
+        warmup: untimed runs per candidate measurement; 3 by default.
+        iterations: timed runs per candidate measurement, alternating with the dense model; 10 by default.
+        progress: receives the steps as they run (the CLI's draws them). None: silent.
+        command_line: spells the report's ``command`` from ``(config, arguments)``. None: this Python call.
+    """
     from deploytk.tuning import tune as tune_config
 
     report = tune_config(
@@ -239,7 +311,20 @@ def calibrate(
     output: str | Path | None = None,
     progress: Progress | None = None,
 ) -> CalibrationReport:
-    """ATM run dynamically on calibration images, its per-layer r fixed as a new config (``output``)."""
+    """ATM run dynamically on calibration images, its per-layer r fixed as a new config (``output``).
+
+    Args:
+        config: the path of a YAML config (.yaml / .yml) whose method is calibrated (``merge.method: atm``).
+        images: a folder of calibration images, read recursively and preprocessed as the model's family does. Give
+            exactly one of ``images`` and ``synthetic``.
+        synthetic: the number of seeded synthetic (standard-normal) images to calibrate on instead of ``images``.
+        num_images: the most images taken from ``images``; 256 by default.
+        batch_size: images per calibration batch (ATM's r adapts per batch); 16 by default.
+        quantile: which quantile of the r ATM chose over the batches each layer keeps, floored (0 to 1); 0.5, the median,
+            by default.
+        output: the new config to write. None: ``<config stem>_calibrated.yaml`` in the config's folder.
+        progress: receives the steps as they run (the CLI's draws them). None: silent.
+    """
     from deploytk.calibration import calibrate_config
 
     report = calibrate_config(
@@ -276,7 +361,27 @@ def visualize(
     (``Artifact.visualize``).
 
     ``config_name``: how the report and errors name the model (default: the name or path given, else "the model"; the CLI
-    passes its CONFIG path with the config object it built)."""
+    passes its CONFIG path with the config object it built).
+
+    Args:
+        model: what to draw: an export's folder, a ``torch.nn.Module``, a timm name, an ``hf:`` name or folder, a YAML
+            config path, a ready-made config's name or a ``DeployConfig``.
+        image: the sample file: an image, a clip (video models) or a sound (audio models).
+        output: the PNG to write (atomically); ``merge.png`` by default.
+        layers: the 0-based blocks to draw, as a list or text (``"3,6,11"``). None: up to 4 evenly spaced reducing
+            blocks, the first and last included.
+        backend: whose choices are drawn: ``"reference"`` (the PyTorch reference's, the default) or a runtime running
+            the exported graph: ort, ort-cuda or openvino.
+        artifacts: with a runtime ``backend``, the model's existing export to run. None: a temporary export.
+        colors: ``"mean"``: each token in the mean colour of its patches (the default); ``"random"``: a colour per token.
+        method: the token-reduction method (``deploytk.methods()``). None: the config's, else tome. Refused for an export.
+        r: tokens merged per block: an int, one int per block, ``(r, inflection)`` or the CLI's text (``"16:-1"``).
+            None: the config's. Refused for an export.
+        config_name: how the report and errors name the model. None: the name or path given, else "the model"; an
+            export is named by its folder.
+        progress: receives the steps as they run (the CLI's draws them). None: silent.
+        **options: method options as keywords (``keep_rate=0.7``), checked by the method's schema. Refused for an export.
+    """
     from deploytk.api.inputs import resolve
     from deploytk.visualization import visualize as draw
 
@@ -341,7 +446,24 @@ def evaluate(
 ) -> EvaluationReport:
     """Top-1/top-5 on an ImageFolder of the dense model, the reduced reference and its export on ``backend``.
 
-    ``config_name``: how the report and errors name the model (as for ``visualize``)."""
+    ``config_name``: how the report and errors name the model (as for ``visualize``).
+
+    Args:
+        model: what to evaluate: a ``torch.nn.Module``, a timm name, an ``hf:`` name or folder, a YAML config path, a
+            ready-made config's name or a ``DeployConfig``.
+        data: an ImageFolder tree ``DIR/<class>/<image>`` (clips or sounds for video or audio models); the classes are
+            the sorted folder names.
+        artifacts: an existing export of ``model`` to run (checked to be one). None: a temporary export, removed after.
+        backend: the runtime of the exported model: ort, ort-cuda, openvino or trt; ort by default.
+        batch_size: images per batch (>= 1); 64 by default.
+        limit: evaluate only this many images, class-interleaved so the subset stays balanced. None: all.
+        method: the token-reduction method (``deploytk.methods()``). None: the config's, else tome.
+        r: tokens merged per block: an int, one int per block, ``(r, inflection)`` or the CLI's text (``"16:-1"``).
+            None: the config's (16 where the method takes r).
+        config_name: how the report and errors name the model. None: the name or path given, else "the model".
+        progress: receives the steps as they run (the CLI's draws them). None: silent.
+        **options: method options as keywords (``keep_rate=0.7``), checked by the method's schema.
+    """
     from deploytk.api.inputs import resolve
     from deploytk.evaluation.accuracy import evaluate as evaluate_accuracy
     from deploytk.evaluation.accuracy import scan_image_folder
@@ -377,6 +499,18 @@ def families() -> FamiliesReport:
     return FamiliesReport({"families": describe_families()})
 
 
+def configs(contains: str | None = None) -> ConfigsReport:
+    """The ready-made export configs that ship with deploytk: each one's name (what ``export``, ``inspect`` and the CLI
+    take instead of a YAML path), what it is, its model, method and schedule, and its file (copy it to make your own).
+
+    Args:
+        contains: only the configs whose name, model or method contains this text (any case).
+    """
+    from deploytk.ready_made import FOLDER, listing
+
+    return ConfigsReport({"folder": str(FOLDER), "configs": listing(contains)})
+
+
 def doctor() -> DoctorReport:
     """What this environment can run: versions, ONNX Runtime's providers, the GPU, TensorRT, OpenVINO, the pip extras."""
     from deploytk.diagnostics import environment_report
@@ -386,7 +520,12 @@ def doctor() -> DoctorReport:
 
 def clean(path: str | Path, dry_run: bool = False) -> CleanReport:
     """Remove what killed deploytk runs left under ``path`` (``.NAME.tmp-*`` / ``.NAME.old-*`` temporaries, lock files
-    whose writer is gone); a live writer's entries are listed as in use and never touched. ``dry_run``: list only."""
+    whose writer is gone); a live writer's entries are listed as in use and never touched. ``dry_run``: list only.
+
+    Args:
+        path: a folder outputs were written into; its subfolders are searched too.
+        dry_run: list what is stale and remove nothing. False by default: remove it.
+    """
     from deploytk.files import stale_entries
 
     entries = stale_entries(Path(path), remove=not dry_run)
@@ -395,7 +534,12 @@ def clean(path: str | Path, dry_run: bool = False) -> CleanReport:
 
 def selftest(seed: int = 0, progress: Progress | None = None) -> SelftestReport:
     """Every Triton kernel against its PyTorch reference: natively on a CUDA GPU, or in Triton's interpreter when the
-    process was started with ``TRITON_INTERPRET=1`` (small shapes)."""
+    process was started with ``TRITON_INTERPRET=1`` (small shapes).
+
+    Args:
+        seed: the seed of the randomized shapes and inputs; 0 by default.
+        progress: receives the steps as they run (the CLI's draws them). None: silent.
+    """
     from deploytk.ops.selftest import run_selftest
 
     return SelftestReport(run_selftest(seed, progress or SILENT))

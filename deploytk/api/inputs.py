@@ -1,8 +1,8 @@
 """What the Python API's ``model`` argument may be, turned into one validated ``DeployConfig``.
 
 A model object (copied and held for this process, see ``deploytk.exporter.source``), a timm name, an ``hf:`` name or
-folder, a YAML config path or a ``DeployConfig``; keyword arguments override the config's fields, and a bad one is
-refused naming the keyword, not the config field it lands in.
+folder, a YAML config path, a ready-made config's name (``deit_small_tome_r16``) or a ``DeployConfig``; keyword
+arguments override the config's fields, and a bad one is refused naming the keyword, not the config field it lands in.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from torch import nn
 from deploytk.config import DeployConfig, absolute_hf_folder, config_from_dict, load_config, parse_r_option
 from deploytk.errors import DeploytkError
 from deploytk.exporter.source import HeldObject, take
+from deploytk.ready_made import find as find_ready_made
 from deploytk.reducers import METHODS
 
 #: what ``model`` may be
@@ -65,7 +66,7 @@ def resolve(model: ModelLike, where: str, store: bool = False, **keywords: Any) 
     held = None
     if isinstance(model, DeployConfig):
         data = model.model_dump(exclude_unset=True)
-    elif isinstance(model, (str, Path)) and (Path(model).suffix in CONFIG_SUFFIXES or Path(model).is_file()):
+    elif isinstance(model, (str, Path)) and (Path(model).suffix in CONFIG_SUFFIXES or Path(model).is_file() or find_ready_made(model)):
         data = load_config(model).model_dump(exclude_unset=True)
     elif isinstance(model, (str, Path)):
         data = {"model": absolute_hf_folder(str(model))}

@@ -182,6 +182,22 @@ class FamiliesReport(Report):
         return f"FamiliesReport({', '.join(self.names())})"
 
 
+class ConfigsReport(Report):
+    """``configs``: the ready-made export configs, by name (what ``export`` takes instead of a YAML path); iterating gives
+    one dict per config."""
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(copy.deepcopy(self._data["configs"]))
+
+    def names(self) -> list[str]:
+        return [c["name"] for c in self._data["configs"]]
+
+    def __repr__(self) -> str:
+        shown = self.names()
+        more = f", ... ({len(shown)} in all)" if len(shown) > 8 else ""
+        return f"ConfigsReport({', '.join(shown[:8])}{more})"
+
+
 class DoctorReport(Report):
     """``doctor``: versions, ONNX Runtime's providers, the GPU, TensorRT, OpenVINO and the pip extras installed."""
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import typer
 
-from deploytk import defaults
+from deploytk import defaults, ready_made
 from deploytk.cli import quiet, render
 from deploytk.cli.render import RichProgress, fail
 from deploytk.errors import DeploytkError, param
@@ -66,7 +66,7 @@ def main_options(
     _run["verbose"] = verbose  # read by handle_errors, which silences the libraries only once a command's body runs
 
 
-CONFIG_HELP = f"Export config YAML [default: {defaults.DEFAULT_CONFIG}, found beside the package, not in the working folder]."
+CONFIG_HELP = f"Export config: a YAML file, or a ready-made config's name (deploytk configs) [default: {ready_made.DEFAULT_NAME}]."
 
 
 def given_default_config() -> Path:
@@ -386,6 +386,18 @@ def methods(
     # once (issue 42). methods.json is what deploytk.api.methods() returned when scripts/write_cli_methods.py wrote it;
     # tests/merging/test_registry.py and tests/test_cli_api_parity.py hold the two equal.
     render.methods({"methods": json.loads((Path(__file__).parent / "methods.json").read_text())}, json_out, markdown)
+
+
+@app.command()
+@handle_errors_without_libraries
+def configs(
+    contains: str | None = typer.Argument(None, help="Only the configs whose name, model or method contains this text."),
+    json_out: bool = JSON,
+):
+    """List the ready-made export configs: pass a NAME wherever a config YAML goes (deploytk export deit_small_tome_r16)."""
+    from deploytk.api import configs as run_configs
+
+    render.configs(run_configs(contains).to_dict(), json_out)
 
 
 @app.command()

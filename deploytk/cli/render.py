@@ -488,6 +488,22 @@ def families(report: dict, json_out: bool) -> None:
     out_console.print(table)
 
 
+def configs(report: dict, json_out: bool) -> None:
+    """``report``: the ConfigsReport's ``to_dict()``: a name is what the user types, so it is never cut."""
+    if json_out:
+        return emit_json(report)
+    table = Table(title=f"ready-made configs ({report['folder']}): deploytk export NAME")
+    table.add_column("name", no_wrap=True)
+    table.add_column("method", no_wrap=True)
+    table.add_column("schedule", max_width=28, overflow="fold")
+    table.add_column("what it is")
+    for c in report["configs"]:
+        table.add_row(c["name"], c["method"], _settings(c["r"], c["options"]) or "-", c["description"])
+    out_console.print(table)
+    if not report["configs"]:
+        note("no ready-made config matches")
+
+
 def methods_markdown(report: list[dict], options_link: bool = False) -> str:
     """The methods table of docs/guides/methods.md (a test holds the page to it).
 

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 from deploytk.errors import DeploytkError
 from deploytk.exporter.manifest import sha256_file, sha256_tree
-from deploytk.exporter.onnx_io import data_file_name
 from deploytk.files import DirectoryKind
 from deploytk.inputs import InputKind, input_from_record
 
@@ -52,6 +51,8 @@ def _artifact_files(directory: Path) -> set[str] | None:
     cached = {f"{BASELINE_DIR}/{p.name}" for p in baseline.glob("dense-*")} if baseline.is_dir() else set()
     models = {MODEL_FILE, INLINED_MODEL_FILE, ORT_MODEL_FILE}
     ir = {IR_FILE, IR_WEIGHTS_FILE}
+    from deploytk.exporter.onnx_io import data_file_name  # imports ONNX: only a command that writes an export asks
+
     data = {data_file_name(m) for m in models}
     source = (manifest.get("model") or {}).get("source") or {}
     stored = set(source.get("files") or {}) if isinstance(source, dict) else set()
