@@ -150,10 +150,8 @@ def test_fp16_graph_runs_and_says_how(exported):
     (report,) = json.loads(result.stdout)["reports"]
     assert result.exit_code == 0 and report["passed"], result.output
     assert report["cosine_similarity_min"] > 0.9999
-    import openvino
-
-    if "FP16" not in openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
-        assert "computed in fp32" in report["emulation"] and report["runtime_settings"]["INFERENCE_PRECISION_HINT"] == "f32"
+    # on every CPU, fp16 arithmetic or not: OpenVINO's f16 would lower the graph's fp32 parts (cosine 0.994 on an AMX-FP16 Xeon)
+    assert "computed in fp32" in report["emulation"] and report["runtime_settings"]["INFERENCE_PRECISION_HINT"] == "f32"
 
 
 def test_bf16_graph_is_refused_with_the_reason(exported):
