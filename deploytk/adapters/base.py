@@ -12,7 +12,7 @@ stay the family's) and holds no parameters of its own. A new family is one file 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -194,6 +194,11 @@ class ModelFamily:
         """The family's own eval preprocessing: one sample as ``input_kind.read`` decodes it (an image: a PIL image) -> the
         model's input for it (one sample of ``input_kind.shape``)."""
         raise NotImplementedError
+
+    def preprocess_record(self) -> dict[str, Any]:
+        """``eval_transform`` as data (``deploytk.inputs.preprocess``), recorded in the manifest so the artifact applies
+        it without this family's library; ``{"kind": None, "reason": ...}`` where it has no data form yet."""
+        return {"kind": None, "reason": f"not recorded: the {self.name} family's preprocessing has no data form yet"}
 
     def normalization(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
         """(mean, std) per RGB channel of ``eval_transform`` (visualize undoes them to draw what the model saw)."""

@@ -15,6 +15,7 @@ from typing import ClassVar
 from torch import nn
 
 from deploytk.adapters.base import BlockParts, ModelFamily, adapt
+from deploytk.adapters.preprocessing import from_torchvision, record_or_reason
 from deploytk.errors import DeploytkError
 from deploytk.inputs import InputKind, VideoInput
 
@@ -149,6 +150,18 @@ class HFFamily(ModelFamily):
                 transforms.Normalize(mean, std),
             ]
         )
+
+    def preprocess_record(self):
+        if self.input_kind.kind != "image":  # a clip's frame sampling, a sound's filterbank: not recorded yet
+            return super().preprocess_record()
+        processor = self._image_processor()
+        if processor is not None:  # deploytk.adapters.preprocessing says why
+            return {
+                "kind": None,
+                "reason": f"not recorded: {type(processor).__name__} (the model's saved image processor) "
+                "resizes with torchvision's tensor kernels, which deploytk's Pillow pipeline does not reproduce exactly",
+            }
+        return record_or_reason(lambda: from_torchvision(self.eval_transform(), f"the {self.name} family's default"))
 
     def normalization(self):
         processor = self._image_processor()

@@ -30,6 +30,7 @@ except ImportError:  # an earlier timm 1.0: the arguments are read from the modu
 
 from deploytk.adapters.attention import attend, attention_probs
 from deploytk.adapters.base import POOLS, BlockParts, ModelFamily, pool_tokens, register_family
+from deploytk.adapters.preprocessing import from_torchvision, record_or_reason
 from deploytk.errors import DeploytkError
 
 _QKV = {"q": 0, "k": 1, "v": 2}
@@ -245,6 +246,9 @@ class TimmViT(ModelFamily):
         built with another ``img_size`` keeps its pretrained_cfg's 224, which would not fit it. Resize ratio (crop_pct),
         interpolation, mean and std stay timm's."""
         return create_transform(**resolve_data_config({"input_size": self.input_kind.shape}, model=self.model))
+
+    def preprocess_record(self):
+        return record_or_reason(lambda: from_torchvision(self.eval_transform(), "timm.data.create_transform"))
 
     def normalization(self):
         data = resolve_data_config({}, model=self.model)

@@ -6,6 +6,7 @@ artifact from Python with numpy arrays in and out, whatever the runtime.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,12 +23,14 @@ from deploytk.api.reports import (
 )
 from deploytk.defaults import DEFAULT_BACKEND, DEFAULT_CALIBRATION_IMAGES
 from deploytk.defaults import VISUALIZE_REFERENCE as REFERENCE
+from deploytk.errors import DeploytkError
 from deploytk.exporter import artifacts
 from deploytk.inputs import InputKind
 from deploytk.progress import SILENT, Progress
 
 if TYPE_CHECKING:
     from deploytk.backends import LoadedModel
+    from deploytk.inputs.preprocess import ImagePipeline
 
 # Each verb imports the library code it runs when it runs: opening an artifact (``deploytk.load``) needs none of it,
 # and torch, ONNX Runtime and OpenVINO take seconds to import.
@@ -39,34 +42,102 @@ def _backends(backend: str | list[str] | tuple[str, ...]) -> list[str]:
 
 
 class Runner:
-    """The artifact loaded on one runtime: ``runner(inputs)`` takes a float32 array of the model's input (an image
-    model's [batch, 3, H, W], a video model's [batch, frames, 3, H, W], an audio model's [batch, time, mel]; ``input``
-    in the repr) and returns the first output (logits, embedding, ...) as a numpy array; ``runner.run(inputs)`` returns
-    every output by name."""
+    """The artifact loaded on one runtime, loaded once. ``runner(inputs)`` returns the first output (logits, embedding,
+    ...), ``runner.run(inputs)`` every output by name.
+
+    ``inputs`` is the model's own input as float32 (an image model's [batch, 3, H, W], a video model's [batch, frames,
+    3, H, W], an audio model's [batch, time, mel]; ``input`` in the repr), or, where the artifact records its
+    preprocessing (``Artifact.preprocessing``), images: a file path, a PIL image, a uint8 [H, W, 3] / [N, H, W, 3]
+    array or a list of these, preprocessed as the model's own eval transform does. A torch tensor in gives torch
+    tensors out, numpy gives numpy. ``with artifact.runner("ort") as run:`` keeps the runtime's context acquired
+    between calls (a TensorRT execution context) and releases it at the end; outside a ``with`` each call acquires and
+    releases it."""
 
     def __init__(self, artifact: artifacts.Artifact, backend: str):
+        from deploytk.backends import get_backend
+
         self.backend = backend
         self.output_name = artifact.output_name
         self.img_size = artifact.img_size
         self.input_kind = artifact.input_kind
-        from deploytk.backends import get_backend
-
+        self._artifact = artifact
         self._loaded: LoadedModel = get_backend(backend, validating=True).load(artifact, [1])
+        self._active = False
 
-    def run(self, images: np.ndarray) -> dict[str, np.ndarray]:
-        batch = np.ascontiguousarray(images, dtype=np.float32)
-        self.input_kind.check_batch(batch, "`images`")
-        self._loaded.activate()
+    def run(self, inputs: Any) -> dict[str, Any]:
+        """Every output by name, for ``inputs`` as ``Runner`` takes them.
+
+        Args:
+            inputs: float32 model input (numpy or torch), or images where the artifact records its preprocessing.
+        """
+        batch, torch_out = model_input(self._artifact, inputs, "`inputs`")
+        if not self._active:
+            self._loaded.activate()
         try:
-            return dict(self._loaded.run(batch))
+            outputs = dict(self._loaded.run(batch))
         finally:
-            self._loaded.deactivate()
+            if not self._active:
+                self._loaded.deactivate()
+        if torch_out:
+            import torch
 
-    def __call__(self, images: np.ndarray) -> np.ndarray:
-        return self.run(images)[self.output_name]
+            return {name: torch.from_numpy(np.ascontiguousarray(value)) for name, value in outputs.items()}
+        return outputs
+
+    def __call__(self, inputs: Any) -> Any:
+        return self.run(inputs)[self.output_name]
+
+    def __enter__(self) -> Runner:
+        self._loaded.activate()
+        self._active = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._active = False
+        self._loaded.deactivate()
 
     def __repr__(self) -> str:
         return f"Runner(backend={self.backend!r}, input={self.input_kind.describe()!r}, output={self.output_name!r})"
+
+
+def model_input(artifact: artifacts.Artifact, inputs: Any, what: str) -> tuple[np.ndarray, bool]:
+    """(``inputs`` as the graph's float32 batch, whether they came as a torch tensor): images through the recorded
+    preprocessing, the model's own float input checked against its shape; uint8 pixels in the model's layout are
+    refused, as they would run un-normalised."""
+    from deploytk.inputs.preprocess import as_images
+
+    images = as_images(inputs)
+    if images is not None:
+        return artifact_pipeline(artifact).apply_all(images), False
+    torch = sys.modules.get("torch")  # a tensor exists only where torch was imported: nothing to import for numpy
+    torch_in = torch is not None and isinstance(inputs, torch.Tensor)
+    array = inputs.detach().cpu().numpy() if torch_in else np.asarray(inputs)
+    if array.dtype == np.uint8 or not np.issubdtype(array.dtype, np.floating):
+        raise DeploytkError(
+            f"{what} is a {array.dtype} array of shape {list(array.shape)} in the model's layout: it would run without the "
+            "model's resize and normalisation.",
+            hint="Pass images (paths, PIL images, uint8 [N, H, W, 3]) for the recorded preprocessing, or the model's input "
+            "as float32, already preprocessed.",
+        )
+    batch = np.ascontiguousarray(array, dtype=np.float32)
+    artifact.input_kind.check_batch(batch, what)
+    return batch, torch_in
+
+
+def artifact_pipeline(artifact: artifacts.Artifact) -> ImagePipeline:
+    """The artifact's recorded preprocessing, or a refusal that says why there is none and what to pass instead."""
+    from deploytk.inputs.preprocess import ImagePipeline
+
+    record = artifact.manifest.get("preprocess")
+    if not record or record.get("kind") is None:
+        why = (record or {}).get("reason") or "it was exported before deploytk recorded preprocessing"
+        raise DeploytkError(
+            f"{artifact.directory} records no preprocessing ({why}), so it cannot turn images into its input.",
+            hint=f"Pass the model's input as float32 ({artifact.input_kind.describe()}), preprocessed as the model expects"
+            + ("" if record else ", or export the model again"),
+            parameter="inputs",
+        )
+    return ImagePipeline.from_record(record)
 
 
 class Artifact:
@@ -338,5 +409,39 @@ class Artifact:
         )
 
     def runner(self, backend: str = DEFAULT_BACKEND) -> Runner:
-        """A callable that runs this artifact on ``backend`` (ort, openvino, ort-cuda, trt): numpy in, numpy out."""
+        """A callable that runs this artifact on ``backend``, loaded once (``Runner``: images or the model's input in,
+        numpy or torch out as it came; ``with artifact.runner() as run:`` keeps it ready between calls).
+
+        Args:
+            backend: the runtime: ort, openvino, ort-cuda or trt.
+        """
         return Runner(self._artifact, backend)
+
+    @property
+    def preprocessing(self) -> dict[str, Any] | None:
+        """The recorded input pipeline (the manifest's ``preprocess``: resize, crop, rescale, mean, std), or None where
+        none is recorded (``manifest["preprocess"]["reason"]`` says why)."""
+        record = self.manifest.get("preprocess")
+        return record if record and record.get("kind") is not None else None
+
+    def preprocess(self, images: Any) -> np.ndarray:
+        """``images`` as the model's input batch, float32, through the recorded preprocessing (no torch needed).
+
+        Args:
+            images: a file path, a PIL image, a uint8 [H, W, 3] or [N, H, W, 3] RGB array, or a list of these.
+        """
+        from deploytk.inputs.preprocess import as_images
+
+        given = as_images(images)
+        if given is None:
+            raise DeploytkError(
+                f"`images` is a {type(images).__name__}, not images: preprocess takes file paths, PIL images or uint8 [N, H, W, 3] arrays.",
+                parameter="images",
+            )
+        return artifact_pipeline(self._artifact).apply_all(given)
+
+    def __call__(self, inputs: Any) -> Any:
+        """The first output for ``inputs`` (as ``Runner`` takes them) on ONNX Runtime, loaded on first use and kept."""
+        if getattr(self, "_default_runner", None) is None:
+            self._default_runner = Runner(self._artifact, DEFAULT_BACKEND)
+        return self._default_runner(inputs)

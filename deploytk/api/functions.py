@@ -234,7 +234,7 @@ def _config_path(config: Any, where: str) -> Path:
     raise DeploytkError(
         f"`config` is {config!r}; {where} takes the path of a YAML config, because it writes a new config beside it.",
         hint="Write the model's settings to a YAML file and pass its path; to start from a ready-made config, copy its file "
-        "(`deploytk configs --json` gives each one's path).",
+        "(`deploytk.configs()` gives each one's path).",
     )
 
 

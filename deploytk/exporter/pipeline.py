@@ -167,6 +167,7 @@ def run_export(
                 "method": method_summary(cfg),
                 **flops,
                 "inputs": [family.input_kind.record()],
+                "preprocess": family.preprocess_record(),
                 "outputs": output_records(proto, model.output_kind),
                 "output": output_summary(model),
                 "custom_ops": counts,
