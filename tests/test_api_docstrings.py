@@ -103,7 +103,6 @@ def test_api_function_args_name_every_parameter(fn):
     )
 
 
-@pytest.mark.xfail(reason="Artifact's docstrings gain Args with the runner work of issue 55", strict=False)
 @pytest.mark.parametrize(("cls", "name"), class_methods(), ids=lambda v: v.__name__ if isinstance(v, type) else v)
 def test_artifact_and_runner_methods_args_name_every_parameter(cls, name):
     fn = getattr(cls, name)

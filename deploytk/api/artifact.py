@@ -229,7 +229,22 @@ class Artifact:
 
         ``max_flipped_choices``: the largest share of matching decisions (one per token per matching op per image) that
         may differ from the reference's at proven near-ties. ``max_branch_flips`` (deprecated, judged only where given):
-        the largest share of images that may."""
+        the largest share of images that may.
+
+        Args:
+            backend: one runtime or several (``"ort,openvino"`` or a list): ort, ort-cuda, openvino, trt; each is judged
+                against one run of the reference.
+            images: a folder of inputs (images, clips or sounds, as the model takes) instead of seeded synthetic ones.
+            num_images: how many inputs are compared.
+            batch_size: inputs per batch.
+            atol: largest absolute difference of the outputs. None: the precision's default.
+            rtol: largest relative difference. None: the precision's default.
+            min_cosine: smallest per-input cosine similarity. None: the precision's default.
+            min_top1_agreement: smallest share of inputs whose top-1 class agrees. None: the precision's default.
+            max_flipped_choices: largest share of matching decisions flipped at proven near-ties. None: the default.
+            max_branch_flips: deprecated; largest share of images with a flip, judged only where given.
+            progress: where progress is reported (the CLI draws it); None: silent.
+        """
         from deploytk.validate.validator import run_validations
 
         reports, _ = run_validations(
@@ -259,7 +274,15 @@ class Artifact:
         iterations: int = 20,
         progress: Progress | None = None,
     ) -> ProfileReport:
-        """Latency of the reduced model and of the same weights unreduced, alternating in one run."""
+        """Latency of the reduced model and of the same weights unreduced, alternating in one run.
+
+        Args:
+            backend: the runtime: ort, ort-cuda, openvino, torch or trt.
+            batch_sizes: the batch sizes timed: a list, or text such as ``"1,8"``.
+            warmup: untimed runs before timing, per batch size and model.
+            iterations: timed runs per batch size and model.
+            progress: where progress is reported; None: silent.
+        """
         from deploytk.profile.profiler import parse_batch_sizes
         from deploytk.profile.profiler import profile as profile_artifact
 
@@ -278,7 +301,17 @@ class Artifact:
         progress: Progress | None = None,
     ) -> Artifact:
         """INT8 for one runtime (openvino, ort, trt), calibrated on ``data`` (a folder of images) or ``synthetic`` seeded
-        images: a new artifact (default: this folder's name + ``-int8-RUNTIME`` beside it)."""
+        images: a new artifact (default: this folder's name + ``-int8-RUNTIME`` beside it).
+
+        Args:
+            runtime: the runtime the int8 model is for: openvino, ort or trt.
+            output: the new artifact's folder. None: this folder's name + ``-int8-RUNTIME`` beside it.
+            data: a folder of calibration images.
+            synthetic: this many seeded synthetic images instead of ``data``.
+            num_images: how many calibration images are taken from ``data``.
+            force: replace an earlier export at ``output``.
+            progress: where progress is reported; None: silent.
+        """
         from deploytk.quantize import default_output, run_quantize
 
         target = Path(output) if output is not None else default_output(self.directory, runtime)
@@ -305,7 +338,19 @@ class Artifact:
         force: bool = False,
         progress: Progress | None = None,
     ) -> PackageReport:
-        """A Triton Inference Server model repository entry (config.pbtxt, the model, README) under ``triton``."""
+        """A Triton Inference Server model repository entry (config.pbtxt, the model, README) under ``triton``.
+
+        Args:
+            triton: the model repository folder the entry is written into.
+            name: the model's name in the repository. None: the artifact folder's name.
+            max_batch: Triton's ``max_batch_size``. None: 8 for ONNX, a TensorRT engine's profile maximum.
+            runtime: Triton's backend: onnxruntime, openvino or tensorrt. None: tensorrt where the folder has an engine,
+                else onnxruntime.
+            images: with ``runtime="openvino"``, a folder of the model's inputs the IR is validated on before it is
+                written. None: seeded synthetic inputs.
+            force: replace an earlier entry of the same name.
+            progress: where progress is reported; None: silent.
+        """
         from deploytk.package import package_triton
 
         return PackageReport(
@@ -332,7 +377,18 @@ class Artifact:
         baseline: bool = True,
         progress: Progress | None = None,
     ) -> BuildReport:
-        """The TensorRT engine (and the dense baseline's) with deploytk's plugins: needs TensorRT and an NVIDIA GPU."""
+        """The TensorRT engine (and the dense baseline's) with deploytk's plugins: needs TensorRT and an NVIDIA GPU.
+
+        Args:
+            batch: the engine's batch profile, ``"min,opt,max"`` or a tuple of three.
+            merge_impl: ``plugin`` (the matching ops and TokenAggregate as deploytk's plugins) or ``native`` (TensorRT
+                inlines their standard-op bodies).
+            attention_impl: how proportional attention is built: ``plugin`` or ``native`` (TensorRT's own attention).
+            opt_level: TensorRT's builder optimisation level.
+            timing_cache: a timing cache file to read and update. None: none.
+            baseline: also build the dense baseline engine that ``profile`` compares with.
+            progress: where progress is reported; None: silent.
+        """
         from deploytk.build.builder import build_engine
         from deploytk.build.options import build_options
 
@@ -348,7 +404,11 @@ class Artifact:
         return BuildReport(build_engine(self.directory, options, progress or SILENT))
 
     def inspect(self, progress: Progress | None = None) -> InspectReport:
-        """The exported schedule and GFLOPs per layer (``deploytk inspect`` of the config this artifact was made from)."""
+        """The exported schedule and GFLOPs per layer (``deploytk inspect`` of the config this artifact was made from).
+
+        Args:
+            progress: where progress is reported; None: silent.
+        """
         from deploytk.analysis.inspect import inspect_config
 
         return InspectReport(inspect_config(self._artifact.reference_config, progress or SILENT))
@@ -362,7 +422,15 @@ class Artifact:
         limit: int | None = None,
         progress: Progress | None = None,
     ) -> EvaluationReport:
-        """Top-1/top-5 on an ImageFolder of the dense model, the reference and this artifact on ``backend``."""
+        """Top-1/top-5 on an ImageFolder of the dense model, the reference and this artifact on ``backend``.
+
+        Args:
+            data: an ImageFolder tree (one folder per class) of the model's inputs.
+            backend: the runtime the artifact runs on: ort, ort-cuda, openvino or trt.
+            batch_size: inputs per batch.
+            limit: evaluate this many inputs, taken across the classes. None: all.
+            progress: where progress is reported; None: silent.
+        """
         from deploytk.evaluation.accuracy import evaluate as evaluate_accuracy
 
         cfg = self._artifact.reference_config
@@ -391,7 +459,17 @@ class Artifact:
     ) -> VisualizationReport:
         """``image`` with every patch coloured by the token it belongs to after each chosen block, written to ``output``
         (``deploytk.visualize`` of this artifact): ``backend="reference"`` draws its PyTorch reference's choices, a runtime
-        (``ort``, ``openvino``) the choices this artifact's graph makes there."""
+        (``ort``, ``openvino``) the choices this artifact's graph makes there.
+
+        Args:
+            image: the input file drawn (an image; a clip or a sound for video and audio models).
+            output: the picture written (PNG).
+            layers: the blocks after which the tokens are drawn (a list, or text such as ``"3,6,9"``). None: a few evenly
+                spaced reducing blocks.
+            backend: ``reference`` (the PyTorch reference's choices) or a runtime: ort, ort-cuda, openvino.
+            colors: how a token's patches are coloured: ``mean`` (their mean colour) or ``random``.
+            progress: where progress is reported; None: silent.
+        """
         from deploytk.visualization import visualize as draw
 
         return VisualizationReport(
