@@ -214,7 +214,7 @@ def main(argv=None) -> int:
                 console.print(f"[cyan]{path.relative_to(ROOT)}[/]: {settings_text(merge_as_written(path))}")
                 with RichProgress() as progress:
                     name = str(path.relative_to(ROOT))
-                    report = evaluate(cfg, data, batch_size=args.batch_size, limit=args.limit, config_name=name, progress=progress)
+                    report = evaluate(cfg, data, batch_size=args.batch_size, num_samples=args.limit, config_name=name, progress=progress)
                 reports.append(report)
                 rows.append(row_of(path, report, merge_as_written(path)))
     except DeploytkError as err:

@@ -1,6 +1,6 @@
 """Digits ViT top-1 at fp32 and INT8, for every method's fp32 digits config: does int8 stacked on merging keep accuracy?
 
-For each ``export_configs/digits_vit_*.yaml`` exported in fp32: `deploytk quantize --runtime ort` and `--runtime
+For each ``export_configs/digits_vit_*.yaml`` exported in fp32: `deploytk quantize --backend ort` and `--backend
 openvino`, calibrated on the digits training split (``--num-images`` of its 1347 images, the family's preprocessing),
 then top-1 on the held-out split (450 images) of the fp32 graph on ONNX Runtime and of each int8 artifact on its
 runtime, and `deploytk validate` of each int8 artifact on 64 held-out images with the int8 defaults. Configs exported
@@ -73,7 +73,7 @@ def measure(path: Path, folder: Path, digits: Path, calibration: int) -> dict | 
         out = folder / f"{path.stem}-int8-{runtime}"
         t0 = time.perf_counter()
         try:
-            run_quantize(fp32, runtime, data=digits / "train", num_images=calibration, output=out)
+            run_quantize(fp32, runtime, data=digits / "train", num_samples=calibration, output=out)
         except DeploytkError as err:  # a refusal is a result: the table says which config a runtime cannot take, and why
             row["top1"][f"int8_{runtime}"] = None
             row["validate"][runtime] = {"refused": str(err)}

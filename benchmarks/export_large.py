@@ -73,7 +73,7 @@ def measure(model: str, r: int, folder: Path, depth: int | None = None) -> dict:
     data = manifest["onnx"].get("external_data")
     validations = {}
     for backend in VALIDATED_ON:
-        args = ["validate", str(out), "--backend", backend, "--num-images", "2", "--batch-size", "1", "--json"]
+        args = ["validate", str(out), "--backend", backend, "--num-samples", "2", "--batch-size", "1", "--json"]
         done, done_seconds, done_peak = run_child(args)
         report = json.loads(done.stdout)["reports"][0] if done.stdout.strip() else {}
         validations[f"validate_{backend}"] = {

@@ -2,7 +2,7 @@
 model, timed alternating in one process, at batch 1 and 8, on OpenVINO and ONNX Runtime.
 
 For each config (random weights: latency does not depend on them): `deploytk export --format onnx-inlined`, then
-`deploytk quantize --runtime openvino`, `--runtime ort` and `--runtime trt` (seeded synthetic calibration: no real
+`deploytk quantize --backend openvino`, `--backend ort` and `--backend trt` (seeded synthetic calibration: no real
 ImageNet data here), then `deploytk validate` of each int8 artifact on its runtime with the int8 defaults (trt's on ONNX
 Runtime: TensorRT does not run here). Every step is a `deploytk` child process, as a user runs it. Then, per runtime,
 the four models are loaded through the backends (`load_for_timing` of the fp32 and of the int8 artifact: the int8
@@ -35,7 +35,7 @@ from deploytk.exporter.artifacts import Artifact  # noqa: E402
 from deploytk.machine import host  # noqa: E402
 
 CONFIGS = ("deit_small_tome_r16", "deit_small_mctf_r16", "deit_small_evit_k70", "deit_base_tome_r16")
-#: quantize --runtime X, and the backend its artifact is validated and timed on (trt: validated only)
+#: quantize --backend X, and the backend its artifact is validated and timed on (trt: validated only)
 RUNTIMES = {"openvino": "openvino", "ort": "ort", "trt": "ort"}
 TIMED = ("openvino", "ort")
 MODELS = ("dense_fp32", "dense_int8", "reduced_fp32", "reduced_int8")
@@ -86,9 +86,9 @@ def measure(config: Path, folder: Path, args) -> dict:
     for runtime, backend in RUNTIMES.items():
         out = folder / f"{config.stem}-int8-{runtime}"
         t0 = time.perf_counter()
-        q, _ = deploytk("quantize", str(fp32), "--runtime", runtime, "--synthetic", str(args.calibration), "--output", str(out))
+        q, _ = deploytk("quantize", str(fp32), "--backend", runtime, "--synthetic", str(args.calibration), "--output", str(out))
         seconds = time.perf_counter() - t0
-        result, _ = deploytk("validate", str(out), "--backend", backend, "--num-images", str(args.images))
+        result, _ = deploytk("validate", str(out), "--backend", backend, "--num-samples", str(args.images))
         report = result["reports"][0]  # validate --json: {passed, backends, reports}, one report per backend
         row[f"int8_{runtime}"] = {
             "quantize_seconds": round(seconds, 1),

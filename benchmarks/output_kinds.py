@@ -72,7 +72,7 @@ def measure(config: Path, folder: Path, images: int, iterations: tuple[int, int]
         "export_seconds": round(export_seconds, 1),
     }
     for runtime in RUNTIMES:
-        result, seconds = deploytk("validate", str(out), "--backend", runtime, "--num-images", str(images), "--batch-size", "8")
+        result, seconds = deploytk("validate", str(out), "--backend", runtime, "--num-samples", str(images), "--batch-size", "8")
         report = result["reports"][0]  # validate --json: {passed, backends, reports}, one report per backend
         row[f"validate_{runtime}"] = {
             "passed": report["passed"],

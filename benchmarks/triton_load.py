@@ -38,7 +38,7 @@ MODELS = {
     "deit_s_tome_r16": ("deit_small_tome_r16", [], []),
     "deit_s_dense": ("deit_small_tome_r16", ["--r", "0"], []),
     "digits_tome_r4": ("digits_vit_tome_r4", [], []),
-    "digits_tome_r4_openvino": ("digits_vit_tome_r4", [], ["--runtime", "openvino"]),
+    "digits_tome_r4_openvino": ("digits_vit_tome_r4", [], ["--backend", "openvino"]),
 }
 SMOKE_MODELS = ("digits_tome_r4", "digits_tome_r4_openvino")
 

@@ -60,7 +60,7 @@ def calibrate(
     """Return (the calibrated config as a dict, a report); ``samples``: ``r_samples`` of these batches, if already run."""
     require_calibrated(cfg)
     if not batches:
-        raise DeploytkError("calibration needs images: pass `images=DIR` or `synthetic=N` (N >= 1).")
+        raise DeploytkError("calibration needs inputs: pass `data=DIR` or `synthetic=N` (N >= 1).")
     if not 0.0 <= quantile <= 1.0:
         raise DeploytkError(f"`quantile={quantile}` must be in [0, 1].")
     model = model if model is not None else build_reference(cfg)
@@ -89,31 +89,31 @@ def calibrate(
 def calibrate_config(
     config: Path,
     *,
-    images: Path | None = None,
+    data: Path | None = None,
     synthetic: int | None = None,
-    num_images: int = 256,
+    num_samples: int = 256,
     batch_size: int = 16,
     quantile: float = 0.5,
     output: Path | None = None,
     progress: Progress = SILENT,
 ) -> dict:
-    """`deploytk calibrate`: calibrate CONFIG on ``images`` (a folder) or ``synthetic`` seeded images and
+    """`deploytk calibrate`: calibrate CONFIG on ``data`` (a folder) or ``synthetic`` seeded inputs and
     write the calibrated config (default CONFIG's folder/<stem>_calibrated.yaml) atomically; returns the report."""
     cfg = load_config(config)
-    if (images is None) == (synthetic is None):
-        raise DeploytkError("calibration needs images: pass exactly one of `images=DIR` or `synthetic=N`.")
+    if (data is None) == (synthetic is None):
+        raise DeploytkError("calibration needs inputs: pass exactly one of `data=DIR` or `synthetic=N`.")
     if synthetic is not None and synthetic < 1:
         raise DeploytkError(f"`synthetic={synthetic}`: calibration needs at least 1 image.")
-    if batch_size < 1 or num_images < 1:
-        raise DeploytkError("`batch_size=` and `num_images=` must be >= 1.")
+    if batch_size < 1 or num_samples < 1:
+        raise DeploytkError("`batch_size=` and `num_samples=` must be >= 1.")
     require_calibrated(cfg)
     with claim_yaml(Path(output) if output else config.with_name(f"{config.stem}_calibrated.yaml"), "deploytk calibrate") as output:
         progress.step("building the model")
         model = build_reference(cfg)
         progress.step("loading calibration images")
-        if images is not None:
-            batches = folder_batches(images, num_images, batch_size, model.family.eval_transform(), model.family.input_kind)
-            source = f"images: {images}"
+        if data is not None:
+            batches = folder_batches(data, num_samples, batch_size, model.family.eval_transform(), model.family.input_kind, "data")
+            source = f"data: {data}"
         else:
             batches = synthetic_batches(synthetic, batch_size, model.family.input_kind)  # export.img_size: null is the model's own
             source = f"synthetic: {synthetic} seeded standard-normal images"

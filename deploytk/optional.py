@@ -72,7 +72,7 @@ def require_openvino(what: str) -> None:
 
 
 def nncf_version() -> str | None:
-    """NNCF's version if it imports, else None (`deploytk quantize` with `runtime=openvino`)."""
+    """NNCF's version if it imports, else None (`deploytk quantize` with `backend=openvino`)."""
     try:
         from importlib import metadata
 

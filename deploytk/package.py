@@ -5,7 +5,7 @@ The repository is one model directory, written atomically::
     REPO/NAME/config.pbtxt       platform/backend, max_batch_size, inputs/outputs, dynamic batching
     REPO/NAME/1/model.onnx       ONNX Runtime backend: the function-bodied ONNX runs as is
           or 1/model.plan        TensorRT backend, when DIR has model.engine + engine.json
-          or 1/model.xml + .bin  OpenVINO backend (`runtime=openvino`): the IR, validated against the reference first
+          or 1/model.xml + .bin  OpenVINO backend (`backend=openvino`): the IR, validated against the reference first
     REPO/NAME/README.md          the server command and tritonclient requests (HTTP and gRPC)
 
 Names, dtypes and dims come from the manifest, checked against model.onnx's graph; the batch
@@ -65,8 +65,8 @@ _ONNX_RUNTIME = {"platform": "onnxruntime_onnx", "backend": "onnxruntime", "file
 _TENSORRT = {"platform": "tensorrt_plan", "backend": "tensorrt", "file": "model.plan"}
 #: Triton's openvino backend has no platform name; it loads model.xml (and model.bin beside it) and needs a full config
 _OPENVINO = {"platform": None, "backend": "openvino", "file": "model.xml", "weights": "model.bin"}
-#: `runtime=`: Triton's backend names
-TRITON_RUNTIMES = {r["backend"]: r for r in (_ONNX_RUNTIME, _TENSORRT, _OPENVINO)}
+#: `backend=`: deploytk's runtime names -> Triton's backends
+TRITON_RUNTIMES = {"ort": _ONNX_RUNTIME, "openvino": _OPENVINO, "trt": _TENSORRT}
 #: the model folder's README.md (string.Template: $-placeholders filled by _readme)
 README_TEMPLATE = string.Template((importlib.resources.files("deploytk") / "templates" / "triton_model_README.md").read_text())
 #: config.pbtxt's first line: how a later `package` knows the model folder is deploytk's
@@ -112,39 +112,41 @@ def package_triton(
     max_batch: int | None = None,
     force: bool = False,
     progress: Progress = SILENT,
-    runtime: str | None = None,
-    images: Path | None = None,
+    backend: str | None = None,
+    data: Path | None = None,
 ) -> dict:
     """Write REPO/NAME (config.pbtxt, 1/model.onnx, 1/model.plan or 1/model.xml + .bin, README.md); every check, and the
-    IR's validation, runs before anything is written. ``runtime``: Triton's backend (default: tensorrt when DIR has an
-    engine, else onnxruntime). ``images``: a folder of the artifact's input kind (images, clips or sounds) the IR is validated
+    IR's validation, runs before anything is written. ``backend``: the runtime Triton serves it with, ort, openvino or trt
+    (Triton's onnxruntime, openvino or tensorrt backend; default: trt when DIR has an engine, else ort). ``data``: a
+    folder of the artifact's input kind (images, clips or sounds) the IR is validated
     on (an int8 IR needs samples like its calibration data; default: seeded synthetic samples). The config's dims and the
     README's request follow the manifest's input, whatever its kind."""
-    if images is not None and runtime != _OPENVINO["backend"]:
+    wanted = TRITON_RUNTIMES.get(backend) if backend is not None else None
+    if data is not None and wanted is not _OPENVINO:
         raise DeploytkError(
-            "`images=` is for `runtime=openvino`: the images (a video model's clips, an audio model's sounds) the IR is validated "
+            "`data=` is for `backend=openvino`: the images (a video model's clips, an audio model's sounds) the IR is validated "
             "on before it is written."
         )
     if max_batch is not None and max_batch < 1:
         raise DeploytkError(f"`max_batch={max_batch}`: must be an int >= 1 (Triton's max_batch_size for a batching model).")
-    if runtime is not None and runtime not in TRITON_RUNTIMES:
-        raise DeploytkError(f"`runtime={runtime!r}`: Triton backends deploytk packages for are {', '.join(TRITON_RUNTIMES)}.")
+    if backend is not None and wanted is None:
+        raise DeploytkError(f"`backend={backend!r}`: the runtimes deploytk packages for Triton are {', '.join(TRITON_RUNTIMES)}.")
     progress.step("checking the artifact")
     artifact = Artifact.open(directory)  # model.onnx must match its manifest's sha256
-    if images is not None:
-        artifact.input_kind.files(images, 1, "images")  # a missing folder, or one without samples, is refused before any work
+    if data is not None:
+        artifact.input_kind.files(data, 1, "data")  # a missing folder, or one without samples, is refused before any work
     model_name = _model_name(name, artifact.directory)
     repository = Path(repository)
     with claim_directory(repository / model_name, TRITON_MODEL, option="`triton=`/`name=`", force=force) as target:
         inputs, outputs = _io_specs(artifact)
-        engine = _engine_record(artifact) if runtime in (None, _TENSORRT["backend"]) else None
-        if runtime == _TENSORRT["backend"] and engine is None:
+        engine = _engine_record(artifact) if wanted in (None, _TENSORRT) else None
+        if wanted is _TENSORRT and engine is None:
             raise DeploytkError(
-                f"`runtime={runtime}`: {artifact.directory} has no TensorRT engine.", hint=f"Build one with `deploytk build {directory}`."
+                f"`backend={backend}`: {artifact.directory} has no TensorRT engine.", hint=f"Build one with `deploytk build {directory}`."
             )
-        chosen = TRITON_RUNTIMES[runtime] if runtime else (_TENSORRT if engine else _ONNX_RUNTIME)
+        chosen = wanted or (_TENSORRT if engine else _ONNX_RUNTIME)
         if chosen is _OPENVINO:
-            artifact.require_runtime("package with `runtime=openvino` (Triton's openvino backend)", ("openvino",))
+            artifact.require_runtime("package with `backend=openvino` (Triton's openvino backend)", ("openvino",))
         else:  # an int8 OpenVINO IR is not model.onnx
             artifact.require_runtime(f"package (Triton's {chosen['backend']} backend)", ("ort", "trt"))
         max_batch_size = _max_batch_size(max_batch, engine)
@@ -152,7 +154,7 @@ def package_triton(
         with tempfile.TemporaryDirectory(prefix="deploytk-package-") as scratch:
             ir = validation = None
             if chosen is _OPENVINO:
-                ir, validation = _validated_ir(artifact, Path(scratch) / _OPENVINO["file"], images, progress)
+                ir, validation = _validated_ir(artifact, Path(scratch) / _OPENVINO["file"], data, progress)
             sources = {chosen["file"]: ir or (artifact.directory / ENGINE_FILE if engine else artifact.onnx_path)}
             if ir is not None:
                 sources[_OPENVINO["weights"]] = ir.with_suffix(".bin")
@@ -193,10 +195,10 @@ def package_triton(
         }
 
 
-def _validated_ir(artifact: Artifact, xml: Path, images: Path | None, progress: Progress) -> tuple[Path, dict]:
+def _validated_ir(artifact: Artifact, xml: Path, data: Path | None, progress: Progress) -> tuple[Path, dict]:
     """The artifact as an OpenVINO IR at ``xml``, run by OpenVINO from that file against the PyTorch reference (64 of
-    ``images``, else 64 seeded synthetic images; the artifact's default tolerances, as `deploytk validate` with
-    `backend=openvino` and these ``images``); a failure is a refusal."""
+    ``data``, else 64 seeded synthetic inputs; the artifact's default tolerances, as `deploytk validate` with
+    `backend=openvino` and this ``data``); a failure is a refusal."""
     progress.step("writing the OpenVINO IR (every TopK stable)")
     try:  # a missing OpenVINO is a DeploytkError with the install command, passed on as is
         written = OpenVinoBackend().write_ir(artifact, xml)
@@ -204,7 +206,7 @@ def _validated_ir(artifact: Artifact, xml: Path, images: Path | None, progress: 
         raise DeploytkError(f"OpenVINO could not convert {artifact.directory} to an IR ({_last_line(e)}); nothing was written.") from None
     progress.step("validating the IR against the PyTorch reference")
     try:
-        report, _ = run_validation(artifact.directory, OpenVinoBackend(ir=xml), images=images, progress=progress)
+        report, _ = run_validation(artifact.directory, OpenVinoBackend(ir=xml), data=data, progress=progress)
     except (RuntimeError, DeploytkError) as e:  # reading, compiling or running the IR; the reference's replay of its choices
         raise DeploytkError(
             f"the OpenVINO IR of {artifact.directory} could not be validated against the PyTorch reference ({_last_line(e)}); "
@@ -216,7 +218,7 @@ def _validated_ir(artifact: Artifact, xml: Path, images: Path | None, progress: 
         "checks": report.checks,
         "num_images": report.num_images,
         "samples": artifact.input_kind.nouns,  # what num_images counts: images, clips or sounds
-        "images": str(images) if images else "synthetic",
+        "images": str(data) if data else "synthetic",
         "max_abs_diff": report.max_abs_diff,
         **({"top1_agreement": report.top1_agreement} if report.top1_agreement is not None else {}),
         **written,
@@ -226,8 +228,8 @@ def _validated_ir(artifact: Artifact, xml: Path, images: Path | None, progress: 
         raise DeploytkError(
             f"the OpenVINO IR of {artifact.directory} fails validation against the PyTorch reference ({'; '.join(failed)}); "
             "nothing was written.",
-            hint=f"Validate {artifact.directory} with `backend=openvino`{f' and `images={images}`' if images else ''} for the full report."
-            + ("" if images or not artifact.quantization else " An int8 IR is judged on images like its calibration data: pass `images=`."),
+            hint=f"Validate {artifact.directory} with `backend=openvino`{f' and `data={data}`' if data else ''} for the full report."
+            + ("" if data or not artifact.quantization else " An int8 IR is judged on inputs like its calibration data: pass `data=`."),
         )
     return xml, summary
 
@@ -367,7 +369,7 @@ def _engine_record(artifact: Artifact) -> dict | None:
         raise DeploytkError(
             f"the TensorRT engine in {directory} was built for batches {batch[0]}..{batch[2]}: Triton's dynamic batcher "
             f"sends whatever has arrived (a lone request is a batch of 1), and batches below {batch[0]} would fail.",
-            hint=f"Rebuild it (`deploytk build`) with `batch=1,{batch[1]},{batch[2]}`.",
+            hint=f"Rebuild it (`deploytk build`) with `batch_sizes=1,{batch[1]},{batch[2]}`.",
         )
     return record
 
@@ -392,7 +394,7 @@ def _max_batch_size(max_batch: int | None, engine: dict | None) -> int:
             f"`max_batch={max_batch}` exceeds the TensorRT engine's optimisation profile (batch up to {profile_max}); "
             "Triton refuses to load a config whose max_batch_size the engine cannot run.",
             hint=f"Use `max_batch={profile_max}` or less, or rebuild the engine (`deploytk build`) with "
-            f"`batch=1,{profile_opt},{max_batch}`.",
+            f"`batch_sizes=1,{profile_opt},{max_batch}`.",
         )
     return max_batch
 

@@ -107,22 +107,22 @@ for extra in "${EXTRAS[@]}"; do
 	case "$extra" in
 	core)
 		step "$extra" "$log" "export $(basename "$CONFIG")" dt export "$CONFIG" --output art
-		step "$extra" "$log" "validate --backend ort" dt validate art --backend ort --num-images 16
+		step "$extra" "$log" "validate --backend ort" dt validate art --backend ort --num-samples 16
 		;;
 	openvino)
 		step "$extra" "$log" "export $(basename "$CONFIG")" dt export "$CONFIG" --output art
-		step "$extra" "$log" "validate --backend openvino" dt validate art --backend openvino --num-images 16
+		step "$extra" "$log" "validate --backend openvino" dt validate art --backend openvino --num-samples 16
 		# without [int8], quantize refuses with the extra to install (exit 2), not a traceback
-		echo "  [$extra] quantize --runtime openvino refuses without NNCF"
-		dt quantize art --runtime openvino --synthetic 16 --output art-int8 >"$log" 2>&1
+		echo "  [$extra] quantize --backend openvino refuses without NNCF"
+		dt quantize art --backend openvino --synthetic 16 --output art-int8 >"$log" 2>&1
 		rc=$?
 		{ [ $rc -eq 2 ] && grep -q "deploytk\[int8\]" "$log" && [ ! -e art-int8 ]; } ||
 			fail "$extra" "quantize without NNCF: exit $rc, wanted 2 naming deploytk[int8] and writing nothing" "$log"
 		;;
 	int8)
 		step "$extra" "$log" "export $(basename "$CONFIG")" dt export "$CONFIG" --output art
-		step "$extra" "$log" "quantize --runtime openvino" dt quantize art --runtime openvino --synthetic 32 --output art-int8
-		step "$extra" "$log" "validate the int8 IR --backend openvino" dt validate art-int8 --backend openvino --num-images 16
+		step "$extra" "$log" "quantize --backend openvino" dt quantize art --backend openvino --synthetic 32 --output art-int8
+		step "$extra" "$log" "validate the int8 IR --backend openvino" dt validate art-int8 --backend openvino --num-samples 16
 		;;
 	hf)
 		# a transformers family: a tiny ViT built from a config with seeded random weights (no download), named by hf:
@@ -134,7 +134,7 @@ config = transformers.ViTConfig(hidden_size=64, num_hidden_layers=4, num_attenti
 transformers.ViTForImageClassification(config).eval().save_pretrained("vit")
 open("hf_vit_tome.yaml", "w").write("model: hf:vit\nmerge:\n  method: tome\n  r: 4\nexport:\n  img_size: null\n  batch_size: 2\n")'
 		step "$extra" "$log" "export hf:vit (tome r=4)" dt export hf_vit_tome.yaml --output art
-		step "$extra" "$log" "validate --backend ort" dt validate art --backend ort --num-images 16
+		step "$extra" "$log" "validate --backend ort" dt validate art --backend ort --num-samples 16
 		;;
 	wheel)
 		step "$extra" "$log" "deploytk imported from the installed wheel, not the checkout" "$py" -c "
@@ -144,7 +144,7 @@ assert deploytk.__file__.startswith(sys.prefix) and r.FOLDER.is_relative_to(sys.
 		step "$extra" "$log" "export deit_small_tome_r16 --output x" dt export deit_small_tome_r16 --output x
 		step "$extra" "$log" "validate x" dt validate x
 		step "$extra" "$log" "profile x" dt profile x
-		step "$extra" "$log" "export and validate digits_vit_tome_r4 (its checkpoint in the wheel)" bash -c "'$py' -m deploytk export digits_vit_tome_r4 --output digits && '$py' -m deploytk validate digits --num-images 16"
+		step "$extra" "$log" "export and validate digits_vit_tome_r4 (its checkpoint in the wheel)" bash -c "'$py' -m deploytk export digits_vit_tome_r4 --output digits && '$py' -m deploytk validate digits --num-samples 16"
 		"$py" -c 'import re, sys; print(re.search(r"## From Python.*?```python\n(.*?)```", open(sys.argv[1], encoding="utf-8").read(), re.S).group(1))' "$ROOT/README.md" >readme_python.py
 		step "$extra" "$log" "the README's Python block" "$py" readme_python.py
 		;;

@@ -142,7 +142,56 @@ def cli_page() -> str:
         "",
     ]
     body += _command_section(root, ["deploytk"], ctx)
+    body += vocabulary_section()
     return page("the typer app deploytk.cli.app", "CLI reference", body)
+
+
+def vocabulary_section() -> list[str]:
+    """deploytk.vocabulary's table: every option and keyword name, what it means, and the old spellings still taken;
+    the CLI column is what the commands declare (an argument in capitals, an option as its long flag)."""
+    import click
+    import typer.main
+
+    from deploytk import vocabulary
+    from deploytk.cli import app
+
+    shown: dict[str, str] = {}
+
+    def walk(group):
+        for command in group.commands.values():
+            if isinstance(command, click.Group):
+                walk(command)
+                continue
+            for p in command.params:
+                shown.setdefault(p.name, described(p))
+
+    def described(p) -> str:
+        if p.param_type_name == "argument":
+            return f"`{p.name.upper()}`"
+        return f"`{next((o for o in p.opts if o.startswith('--')), p.opts[0])}`"
+
+    root = typer.main.get_command(app)
+    shown |= {p.name: described(p) for p in root.params}
+    walk(root)
+
+    old: dict[str, dict[str, list[str]]] = {}
+    for command, renamed in vocabulary.RENAMED.items():
+        for was, now in renamed.items():
+            old.setdefault(now, {}).setdefault(vocabulary.flag(was), []).append(command)
+    lines = [
+        "## Vocabulary",
+        "",
+        "One name means one thing on every command and in every Python call (`deploytk/vocabulary.py`; the option is the "
+        "keyword with `-` for `_`). Old spellings still work for one release, with a note that gives the new one.",
+        "",
+        "| CLI | Python keyword | means | old spellings |",
+        "|---|---|---|---|",
+    ]
+    for name, meaning in vocabulary.TERMS.items():
+        option = shown.get(name, "")
+        spellings = ", ".join(f"`{was}` ({', '.join(cmds)})" for was, cmds in old.get(name, {}).items())
+        lines.append(f"| {option} | `{name}` | {escape(meaning)} | {spellings} |")
+    return lines + [""]
 
 
 # --- the Python API (mkdocstrings directives) --------------------------------------------------------------------------

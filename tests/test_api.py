@@ -55,10 +55,10 @@ def round_trip(model, tmp_path, images: np.ndarray, output_kind=None, **export_a
     assert source["rebuild"] is not None and source["cannot_rebuild"] is None, source
     assert source["files"] and all((artifact.directory / f).is_file() for f in source["files"])
 
-    report = artifact.validate(["ort", "openvino"], num_images=8, batch_size=4)
+    report = artifact.validate(["ort", "openvino"], num_samples=8, batch_size=4)
     assert report.passed and report.to_dict()["backends"] == ["ort", "openvino"], report
 
-    cli = deploytk_cli("validate", artifact.directory, "--backend", "ort", "--num-images", 8, "--batch-size", 4, "--json")
+    cli = deploytk_cli("validate", artifact.directory, "--backend", "ort", "--num-samples", 8, "--batch-size", 4, "--json")
     assert cli.returncode == 0, cli.stderr
     assert json.loads(cli.stdout)["passed"] is True
 
@@ -136,8 +136,8 @@ def test_an_object_that_cannot_be_rebuilt_validates_in_its_process_and_the_cli_s
     source = artifact.manifest["model"]["source"]
     assert source["rebuild"] is None and "is not one timm builds by name" in source["cannot_rebuild"]
     assert source["files"] == {} and not (artifact.directory / "source").exists()
-    assert artifact.validate(num_images=4, batch_size=4).passed  # this process holds the reference
-    cli = deploytk_cli("validate", artifact.directory, "--num-images", 4)
+    assert artifact.validate(num_samples=4, batch_size=4).passed  # this process holds the reference
+    cli = deploytk_cli("validate", artifact.directory, "--num-samples", 4)
     assert cli.returncode == 2
     message = " ".join(cli.stderr.split())
     assert "was exported from a Python object (test_api.Renamed) that cannot be rebuilt in another process" in message
@@ -161,7 +161,7 @@ def test_an_avg_pooled_timm_object_validates_in_another_process(tmp_path, monkey
     kwargs = artifact.manifest["model"]["source"]["rebuild"]["model_kwargs"]
     assert (kwargs["global_pool"], kwargs["class_token"], kwargs["num_classes"]) == ("avg", False, 10)
     as_in_another_process(monkeypatch, artifact)
-    report = deploytk.load(artifact.directory).validate(num_images=4, batch_size=4)
+    report = deploytk.load(artifact.directory).validate(num_samples=4, batch_size=4)
     assert report.passed and report["backends"] == ["ort"], report
 
 
@@ -183,7 +183,7 @@ def test_an_object_whose_stored_recipe_does_not_rebuild_it_is_said_at_export_wit
     as_in_another_process(monkeypatch, artifact)
     before = snapshot(tmp_path)
     with pytest.raises(DeploytkError) as refused:
-        deploytk.load(artifact.directory).validate(num_images=4)
+        deploytk.load(artifact.directory).validate(num_samples=4)
     assert f"cannot be rebuilt in another process: {why}; its PyTorch reference existed only" in refused.value.message
     assert "deploytk-source" not in str(refused.value) and snapshot(tmp_path) == before
 
@@ -229,7 +229,7 @@ def test_changed_stored_weights_are_refused_when_the_reference_is_rebuilt(tmp_pa
     artifact = deploytk.export(small_timm(num_classes=3), tmp_path / "art", r=2)
     weights = artifact.directory / "source" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-1] + b"\0")
-    cli = deploytk_cli("validate", artifact.directory, "--num-images", 4)
+    cli = deploytk_cli("validate", artifact.directory, "--num-samples", 4)
     assert cli.returncode == 2
     assert "the stored weights of the model object" in cli.stderr and "was changed after export" in " ".join(cli.stderr.split())
 

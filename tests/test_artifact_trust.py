@@ -26,10 +26,10 @@ runner = CliRunner()
 
 #: a command that reads an artifact, with the arguments that make it quick; each must refuse an edited manifest
 READERS = {
-    "validate": ["validate", "{art}", "--num-images", "2", "--batch-size", "2"],
+    "validate": ["validate", "{art}", "--num-samples", "2", "--batch-size", "2"],
     "profile": ["profile", "{art}", "--batch-sizes", "1", "--warmup", "0", "--iterations", "1"],
     "package": ["package", "{art}", "--triton", "{tmp}/repo"],
-    "quantize": ["quantize", "{art}", "--runtime", "ort", "--synthetic", "4", "--output", "{tmp}/int8"],
+    "quantize": ["quantize", "{art}", "--backend", "ort", "--synthetic", "4", "--output", "{tmp}/int8"],
     "build": ["build", "{art}"],
 }
 
@@ -100,20 +100,20 @@ def test_an_hf_folder_is_read_from_the_config_s_folder_and_the_artifact_validate
     assert exported.returncode == 0, exported.stderr
     manifest = Artifact.open(hf_project / "art").manifest
     assert manifest["config"]["model"] == f"hf:{(hf_project / 'hf_vit').resolve()}" and len(manifest["model"]["model_folder_sha256"]) == 64
-    validated = deploytk("validate", hf_project / "art", "--num-images", "4", "--batch-size", "2", "--json", cwd=elsewhere)
+    validated = deploytk("validate", hf_project / "art", "--num-samples", "4", "--batch-size", "2", "--json", cwd=elsewhere)
     assert validated.returncode == 0, validated.stderr
     assert json.loads(validated.stdout)["passed"] is True
 
     (hf_project / "hf_vit" / "config.json").write_text(
         (hf_project / "hf_vit" / "config.json").read_text() + "\n"
     )  # weights' folder changed
-    changed = deploytk("validate", hf_project / "art", "--num-images", "4", "--batch-size", "2", cwd=elsewhere)
+    changed = deploytk("validate", hf_project / "art", "--num-samples", "4", "--batch-size", "2", cwd=elsewhere)
     assert changed.returncode == 2 and f"the model folder {(hf_project / 'hf_vit').resolve()} changed after" in " ".join(
         changed.stderr.split()
     )
 
     shutil.move(hf_project / "hf_vit", tmp_path / "moved")
-    moved = deploytk("validate", hf_project / "art", "--num-images", "4", "--batch-size", "2", cwd=elsewhere)
+    moved = deploytk("validate", hf_project / "art", "--num-samples", "4", "--batch-size", "2", cwd=elsewhere)
     text = " ".join(moved.stderr.split())
     assert moved.returncode == 2 and f"model folder {(hf_project / 'hf_vit').resolve()}, which no longer exists" in text
     assert "Traceback" not in text
@@ -178,7 +178,7 @@ def test_a_read_only_artifact_profiles_and_quantizes(exported, tmp_path, monkeyp
             (store / ".probe").write_text("x")  # truly read-only
         result = runner.invoke(app, profile_args(store))
         assert result.exit_code == 0, result.output
-        result = runner.invoke(app, ["quantize", str(store), "--runtime", "ort", "--synthetic", "8", "--output", str(tmp_path / "int8")])
+        result = runner.invoke(app, ["quantize", str(store), "--backend", "ort", "--synthetic", "8", "--output", str(tmp_path / "int8")])
         assert result.exit_code == 0, result.output
     finally:
         subprocess.run(["umount", str(store)], check=False)

@@ -102,7 +102,7 @@ def test_an_export_above_the_cap_records_the_capped_r_and_says_so(tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["config"]["merge"]["r"] == manifest["schedule"]["effective_r"] == effective
     assert manifest["schedule"]["configured_r"] == 200 and manifest["schedule"]["capped"] is True
-    validated = runner.invoke(app, ["validate", str(out), "--num-images", "4", "--batch-size", "4", "--json"])
+    validated = runner.invoke(app, ["validate", str(out), "--num-samples", "4", "--batch-size", "4", "--json"])
     assert validated.exit_code == 0, validated.output
     assert json.loads(validated.stdout)["passed"] is True
 

@@ -116,7 +116,7 @@ def test_export(tmp_path, in_root):
 @pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_quantize(exported, tmp_path):
     source = exported("digits_vit_tome_r4")
-    printed = cli_json("quantize", source, "--runtime", "ort", "--synthetic", 8, "--output", tmp_path / "cli")
+    printed = cli_json("quantize", source, "--backend", "ort", "--synthetic", 8, "--output", tmp_path / "cli")
     returned = deploytk.load(source).quantize("ort", synthetic=8, output=tmp_path / "api").to_dict()
     # the richer shape of the two the CLI and the API had: the new artifact, {"directory": DIR, **manifest}, as export's
     assert printed == {"directory": str(tmp_path / "cli"), **json.loads((tmp_path / "cli" / "manifest.json").read_text())}
@@ -125,8 +125,8 @@ def test_quantize(exported, tmp_path):
 
 def test_validate(exported):
     source = exported("digits_vit_tome_r4")
-    printed = cli_json("validate", source, "--num-images", 4, "--batch-size", 4)
-    returned = deploytk.load(source).validate(num_images=4, batch_size=4).to_dict()
+    printed = cli_json("validate", source, "--num-samples", 4, "--batch-size", 4)
+    returned = deploytk.load(source).validate(num_samples=4, batch_size=4).to_dict()
     # one backend prints the same shape as several: passed, backends, one report each
     assert printed["backends"] == ["ort"] and len(printed["reports"]) == 1 and printed["passed"] is True
     assert_same("validate", printed, returned)
@@ -134,8 +134,8 @@ def test_validate(exported):
 
 def test_validate_exits_1_where_the_api_says_failed(exported):
     source = exported("digits_vit_tome_r4")
-    printed = cli_json("validate", source, "--num-images", 4, "--batch-size", 4, "--atol", 0, "--rtol", 0, exit_code=1)
-    returned = deploytk.load(source).validate(num_images=4, batch_size=4, atol=0, rtol=0)
+    printed = cli_json("validate", source, "--num-samples", 4, "--batch-size", 4, "--atol", 0, "--rtol", 0, exit_code=1)
+    returned = deploytk.load(source).validate(num_samples=4, batch_size=4, atol=0, rtol=0)
     assert printed["passed"] is False and returned.passed is False
     assert_same("validate", printed, returned.to_dict())
 
@@ -214,7 +214,7 @@ def test_package(exported, tmp_path):
 def test_eval(digits_tree, exported, in_root):
     root, _ = digits_tree
     artifact = exported("digits_vit_tome_r4")
-    args = {"artifacts": artifact, "limit": 8, "batch_size": 4}
+    args = {"artifacts": artifact, "num_samples": 8, "batch_size": 4}
     printed = cli_json(
         "eval", DIGITS_TOME_R4, "--data", root / "val", *[f for k, v in args.items() for f in (f"--{k.replace('_', '-')}", v)]
     )

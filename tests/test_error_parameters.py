@@ -1,6 +1,6 @@
 """The library names its parameters, the CLI names its flags (issue 42, item 3).
 
-A Python caller passed keywords, so a library message names `num_images=0`, never a flag (deploytk.errors.PARAMETER);
+A Python caller passed keywords, so a library message names `num_samples=0`, never a flag (deploytk.errors.PARAMETER);
 the CLI turns each such parameter of the running command into the flag that command declares (render.in_flags). The
 same bad input is checked both ways, and no deploytk flag is written anywhere in the library's source.
 """
@@ -62,8 +62,8 @@ def flag_text(text: str, flags: set[str]) -> list[str]:
 
 def test_the_flag_scan_finds_a_flag_and_lets_a_parameter_and_other_programs_flags_through():
     flags = deploytk_flags()
-    assert {"--num-images", "--format", "--json", "--min-top1", "--no-baseline", "--triton", "--r"} <= flags
-    assert flag_text('raise DeploytkError(f"--num-images {n}: must be >= 1.")', flags) == ["--num-images"]
+    assert {"--num-samples", "--format", "--json", "--min-top1", "--no-baseline", "--triton", "--r"} <= flags
+    assert flag_text('raise DeploytkError(f"--num-samples {n}: must be >= 1.")', flags) == ["--num-samples"]
     assert flag_text("# hint: `deploytk export --format onnx-inlined`", flags) == ["--format"]
     assert flag_text("an --undeclared-flag of nobody's", flags) == ["--undeclared-flag"]
     assert flag_text('f"`num_images={n}`: must be >= 1." leave out `--gpus all`; linestyle="--"', flags) == []
@@ -95,16 +95,19 @@ def python_and_cli(tmp_path, art, case):
     out, imgs = tmp_path / "out", tmp_path / "imgs"
     return {
         "quantize": (
-            lambda: run_quantize(art, "ort", data=imgs, num_images=0, output=out),
-            ["quantize", art, "--runtime", "ort", "--data", imgs, "--num-images", "0", "--output", out],
+            lambda: run_quantize(art, "ort", data=imgs, num_samples=0, output=out),
+            ["quantize", art, "--backend", "ort", "--data", imgs, "--num-samples", "0", "--output", out],
         ),
         "export": (
             lambda: run_export(digits_config("digits_vit_tome_r4"), out, fmt="x"),
             ["export", TOME, "--format", "x", "--output", out],
         ),
         "profile": (lambda: parse_batch_sizes("1,x"), ["profile", art, "--batch-sizes", "1,x"]),
-        "validate": (lambda: run_validations(art, ["ort"], num_images=0), ["validate", art, "--num-images", "0"]),
-        "eval": (lambda: evaluate(digits_config("digits_vit_tome_r4"), imgs, limit=0), ["eval", TOME, "--data", imgs, "--limit", "0"]),
+        "validate": (lambda: run_validations(art, ["ort"], num_samples=0), ["validate", art, "--num-samples", "0"]),
+        "eval": (
+            lambda: evaluate(digits_config("digits_vit_tome_r4"), imgs, num_samples=0),
+            ["eval", TOME, "--data", imgs, "--num-samples", "0"],
+        ),
         "calibrate": (
             lambda: calibrate_config(ATM, synthetic=0, output=out / "c.yaml"),
             ["calibrate", ATM, "--synthetic", "0", "--output", out / "c.yaml"],
@@ -119,11 +122,14 @@ def python_and_cli(tmp_path, art, case):
 
 #: command -> (what the Python caller reads, what the CLI user reads)
 SAID = {
-    "quantize": ("`num_images=0`: must be >= 1.", "--num-images 0: must be >= 1."),
+    "quantize": ("`num_samples=0`: must be >= 1.", "--num-samples 0: must be >= 1."),
     "export": ("`fmt='x'` is not one of onnx, onnx-inlined, onnx-ort.", "--format 'x' is not one of onnx, onnx-inlined, onnx-ort."),
     "profile": ("`batch_sizes='1,x'` must be comma-separated ints, e.g. 1,8,32.", "--batch-sizes '1,x' must be comma-separated ints"),
-    "validate": ("`num_images=` and `batch_size=` must be >= 1.", "--num-images and --batch-size must be >= 1."),
-    "eval": ("`limit=0`: must be an int >= 1 (or omitted for all images).", "--limit 0: must be an int >= 1 (or omitted for all images)."),
+    "validate": ("`num_samples=` and `batch_size=` must be >= 1.", "--num-samples and --batch-size must be >= 1."),
+    "eval": (
+        "`num_samples=0`: must be an int >= 1 (or omitted for all inputs).",
+        "--num-samples 0: must be an int >= 1 (or omitted for all inputs).",
+    ),
     "calibrate": ("`synthetic=0`: calibration needs at least 1 image.", "--synthetic 0: calibration needs at least 1 image."),
     "package": ("`max_batch=0`: must be an int >= 1 (Triton's", "--max-batch 0: must be an int >= 1 (Triton's"),
     "tune": (

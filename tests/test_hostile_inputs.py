@@ -176,7 +176,7 @@ def test_an_unreadable_image_is_named_and_nothing_is_written(work, artifact, con
     images.mkdir()
     Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(images / "a.png")
     (images / "b.png").write_text("not an image")
-    refused(["validate", artifact, "--images", images], f"image {images / 'b.png'} could not be read", work)
+    refused(["validate", artifact, "--data", images], f"image {images / 'b.png'} could not be read", work)
     # eval, calibrate and tune --data read through the same reader (deploytk.data.read_rgb, tests/test_images.py)
 
 
@@ -185,7 +185,7 @@ def test_validate_reads_a_16_bit_image_faithfully(work, artifact):
     images = work / "images16"
     images.mkdir()
     Image.fromarray(np.random.default_rng(0).integers(0, 65536, (32, 32), dtype=np.uint16)).save(images / "a.png")
-    result = runner.invoke(app, ["validate", str(artifact), "--images", str(images), "--json"])
+    result = runner.invoke(app, ["validate", str(artifact), "--data", str(images), "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["reports"][0]["num_images"] == 1
 
@@ -238,7 +238,7 @@ def test_a_folder_named_like_an_image_inside_an_image_folder_is_called_a_directo
     images = work / "mydata"
     (images / "img1.jpg").unlink()
     (images / "sub.png").mkdir()  # picked up by its suffix
-    refused(["validate", artifact, "--images", images], f"image {images / 'sub.png'} is a directory, not an image file", work)
+    refused(["validate", artifact, "--data", images], f"image {images / 'sub.png'} is a directory, not an image file", work)
 
 
 @pytest.mark.parametrize(
@@ -366,6 +366,6 @@ def test_no_warning_comes_from_deploytk_s_own_code(artifact):
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert runner.invoke(app, ["validate", str(artifact), "--num-images", "8"]).exit_code == 0
+        assert runner.invoke(app, ["validate", str(artifact), "--num-samples", "8"]).exit_code == 0
     ours = [f"{w.filename}:{w.lineno}: {w.category.__name__}: {w.message}" for w in caught if "/deploytk/" in w.filename]
     assert not ours, "\n".join(ours)

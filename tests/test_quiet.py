@@ -124,10 +124,10 @@ def test_a_successful_export_validate_quantize_profile_prints_no_third_party_lin
     cuda_home = tmp_path / "cuda"
     cuda_home.mkdir()
     art = tmp_path / "art"
-    quantize = ["quantize", str(art), "--runtime", "ort", "--synthetic", "8", "--output"]
+    quantize = ["quantize", str(art), "--backend", "ort", "--synthetic", "8", "--output"]
     steps = [
         ["export", str(CONFIG), "--output", str(art), "--format", "onnx-inlined"],
-        ["validate", str(art), "--num-images", "16"],
+        ["validate", str(art), "--num-samples", "16"],
         [*quantize, str(tmp_path / "int8")],
         ["profile", str(art), "--batch-sizes", "1", "--warmup", "1", "--iterations", "2"],
         ["--verbose", *quantize, str(tmp_path / "int8-verbose")],

@@ -549,7 +549,7 @@ PRINTED = {
 NOT_PRINTED = {
     "README.md: | | | docs |": "what is supported; its methods row: test_the_readme_lists_every_method_and_counts_them",
     "README.md: | what | figure | page |": "the headline figures: test_the_readme_headline_figures_are_the_result_files",
-    "docs/guides/int8.md: | `--runtime` | tool | what it writes | runs on |": "not measured: what each quantizer does",
+    "docs/guides/int8.md: | `--backend` | tool | what it writes | runs on |": "not measured: what each quantizer does",
     "docs/guides/int8.md: | precision | judged by | tolerance |": "not measured: how validate judges int8",
     "docs/guides/methods.md: | `merge.method` | what it does | kind | learned | schedule | custom ops | `merge.options` (default) |": (
         "`deploytk methods --markdown`: tests/merging/test_registry.py"

@@ -142,7 +142,7 @@ def test_untunable_methods_and_bad_options_are_refused_with_the_reason():
     for kwargs, message in (
         ({"budget_ms": 0}, "positive number"),
         ({"budget_ms": 5, "percentile": "p95"}, "not one of p50, p90"),
-        ({"budget_ms": 5, "batch": 0}, "`batch=` and `iterations=` must be >= 1 and `warmup=` >= 0"),
+        ({"budget_ms": 5, "batch_size": 0}, "`batch_size=` and `iterations=` must be >= 1 and `warmup=` >= 0"),
         ({"budget_ms": 5, "percentile": "p99"}, "`percentile=p99` needs at least 100 timed runs per candidate; with `iterations=10`"),
         ({"budget_ms": 5, "percentile": "p90", "iterations": 5}, "`percentile=p90` needs at least 10 timed runs"),
     ):

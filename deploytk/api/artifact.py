@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from deploytk.api.renamed import old_names
 from deploytk.api.reports import (
     BuildReport,
     EvaluationReport,
@@ -210,12 +211,13 @@ class Artifact:
             f"{m['gflops']:.2f} GFLOPs ({ratio:.2f} of dense), outputs={self.output_names})"
         )
 
+    @old_names("validate")
     def validate(
         self,
         backend: str | list[str] = DEFAULT_BACKEND,
         *,
-        images: str | Path | None = None,
-        num_images: int = 64,
+        data: str | Path | None = None,
+        num_samples: int = 64,
         batch_size: int = 8,
         atol: float | None = None,
         rtol: float | None = None,
@@ -234,8 +236,8 @@ class Artifact:
         Args:
             backend: one runtime or several (``"ort,openvino"`` or a list): ort, ort-cuda, openvino, trt; each is judged
                 against one run of the reference.
-            images: a folder of inputs (images, clips or sounds, as the model takes) instead of seeded synthetic ones.
-            num_images: how many inputs are compared.
+            data: a folder of inputs (images, clips or sounds, as the model takes) instead of seeded synthetic ones.
+            num_samples: how many inputs are compared.
             batch_size: inputs per batch.
             atol: largest absolute difference of the outputs. None: the precision's default.
             rtol: largest relative difference. None: the precision's default.
@@ -250,8 +252,8 @@ class Artifact:
         reports, _ = run_validations(
             self.directory,
             list(_backends(backend)),  # a list of str | Backend, as run_validations takes
-            images=Path(images) if images is not None else None,
-            num_images=num_images,
+            data=Path(data) if data is not None else None,
+            num_samples=num_samples,
             batch_size=batch_size,
             progress=progress or SILENT,
             atol=atol,
@@ -289,52 +291,54 @@ class Artifact:
         sizes = parse_batch_sizes(batch_sizes) if isinstance(batch_sizes, str) else list(batch_sizes)
         return ProfileReport(profile_artifact(self.directory, backend, sizes, warmup, iterations, progress or SILENT))
 
+    @old_names("quantize")
     def quantize(
         self,
-        runtime: str,
+        backend: str,
         *,
         output: str | Path | None = None,
         data: str | Path | None = None,
         synthetic: int | None = None,
-        num_images: int = DEFAULT_CALIBRATION_IMAGES,
+        num_samples: int = DEFAULT_CALIBRATION_IMAGES,
         force: bool = False,
         progress: Progress | None = None,
     ) -> Artifact:
-        """INT8 for one runtime (openvino, ort, trt), calibrated on ``data`` (a folder of images) or ``synthetic`` seeded
-        images: a new artifact (default: this folder's name + ``-int8-RUNTIME`` beside it).
+        """INT8 for one runtime (openvino, ort, trt), calibrated on ``data`` (a folder of inputs) or ``synthetic`` seeded
+        inputs: a new artifact (default: this folder's name + ``-int8-BACKEND`` beside it).
 
         Args:
-            runtime: the runtime the int8 model is for: openvino, ort or trt.
-            output: the new artifact's folder. None: this folder's name + ``-int8-RUNTIME`` beside it.
-            data: a folder of calibration images.
-            synthetic: this many seeded synthetic images instead of ``data``.
-            num_images: how many calibration images are taken from ``data``.
+            backend: the runtime the int8 model is for: openvino, ort or trt.
+            output: the new artifact's folder. None: this folder's name + ``-int8-BACKEND`` beside it.
+            data: a folder of calibration inputs.
+            synthetic: this many seeded synthetic inputs instead of ``data``.
+            num_samples: how many calibration inputs are taken from ``data``.
             force: replace an earlier export at ``output``.
             progress: where progress is reported; None: silent.
         """
         from deploytk.quantize import default_output, run_quantize
 
-        target = Path(output) if output is not None else default_output(self.directory, runtime)
+        target = Path(output) if output is not None else default_output(self.directory, backend)
         run_quantize(
             self.directory,
-            runtime,
+            backend,
             output=target,
             data=Path(data) if data is not None else None,
             synthetic=synthetic,
-            num_images=num_images,
+            num_samples=num_samples,
             force=force,
             progress=progress or SILENT,
         )
         return Artifact(target)
 
+    @old_names("package")
     def package(
         self,
         triton: str | Path,
         *,
         name: str | None = None,
         max_batch: int | None = None,
-        runtime: str | None = None,
-        images: str | Path | None = None,
+        backend: str | None = None,
+        data: str | Path | None = None,
         force: bool = False,
         progress: Progress | None = None,
     ) -> PackageReport:
@@ -344,9 +348,9 @@ class Artifact:
             triton: the model repository folder the entry is written into.
             name: the model's name in the repository. None: the artifact folder's name.
             max_batch: Triton's ``max_batch_size``. None: 8 for ONNX, a TensorRT engine's profile maximum.
-            runtime: Triton's backend: onnxruntime, openvino or tensorrt. None: tensorrt where the folder has an engine,
-                else onnxruntime.
-            images: with ``runtime="openvino"``, a folder of the model's inputs the IR is validated on before it is
+            backend: the runtime Triton serves it with: ort, openvino or trt (Triton's onnxruntime, openvino or
+                tensorrt backend). None: trt where the folder has an engine, else ort.
+            data: with ``backend="openvino"``, a folder of the model's inputs the IR is validated on before it is
                 written. None: seeded synthetic inputs.
             force: replace an earlier entry of the same name.
             progress: where progress is reported; None: silent.
@@ -361,15 +365,16 @@ class Artifact:
                 max_batch=max_batch,
                 force=force,
                 progress=progress or SILENT,
-                runtime=runtime,
-                images=Path(images) if images is not None else None,
+                backend=backend,
+                data=Path(data) if data is not None else None,
             )
         )
 
+    @old_names("build")
     def build(
         self,
         *,
-        batch: str | tuple[int, int, int] = "1,8,64",
+        batch_sizes: str | tuple[int, int, int] = "1,8,64",
         merge_impl: str = "plugin",
         attention_impl: str = "plugin",
         opt_level: int = 3,
@@ -380,7 +385,7 @@ class Artifact:
         """The TensorRT engine (and the dense baseline's) with deploytk's plugins: needs TensorRT and an NVIDIA GPU.
 
         Args:
-            batch: the engine's batch profile, ``"min,opt,max"`` or a tuple of three.
+            batch_sizes: the engine's batch profile, ``"min,opt,max"`` or a tuple of three.
             merge_impl: ``plugin`` (the matching ops and TokenAggregate as deploytk's plugins) or ``native`` (TensorRT
                 inlines their standard-op bodies).
             attention_impl: how proportional attention is built: ``plugin`` or ``native`` (TensorRT's own attention).
@@ -392,7 +397,7 @@ class Artifact:
         from deploytk.build.builder import build_engine
         from deploytk.build.options import build_options
 
-        spec = batch if isinstance(batch, str) else ",".join(str(b) for b in batch)
+        spec = batch_sizes if isinstance(batch_sizes, str) else ",".join(str(b) for b in batch_sizes)
         options = build_options(
             spec,
             merge_impl=merge_impl,
@@ -413,13 +418,14 @@ class Artifact:
 
         return InspectReport(inspect_config(self._artifact.reference_config, progress or SILENT))
 
+    @old_names("eval")
     def evaluate(
         self,
         data: str | Path,
         *,
         backend: str = DEFAULT_BACKEND,
         batch_size: int = 64,
-        limit: int | None = None,
+        num_samples: int | None = None,
         progress: Progress | None = None,
     ) -> EvaluationReport:
         """Top-1/top-5 on an ImageFolder of the dense model, the reference and this artifact on ``backend``.
@@ -428,7 +434,7 @@ class Artifact:
             data: an ImageFolder tree (one folder per class) of the model's inputs.
             backend: the runtime the artifact runs on: ort, ort-cuda, openvino or trt.
             batch_size: inputs per batch.
-            limit: evaluate this many inputs, taken across the classes. None: all.
+            num_samples: evaluate this many inputs, taken across the classes. None: all.
             progress: where progress is reported; None: silent.
         """
         from deploytk.evaluation.accuracy import evaluate as evaluate_accuracy
@@ -440,7 +446,7 @@ class Artifact:
                 Path(data),
                 artifacts=self.directory,
                 batch_size=batch_size,
-                limit=limit,
+                num_samples=num_samples,
                 config_name=str(self.directory),
                 backend=backend,
                 progress=progress or SILENT,

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deploytk.api.artifact import Artifact
+from deploytk.api.renamed import old_names
 from deploytk.api.reports import (
     CalibrationReport,
     CleanReport,
@@ -118,7 +119,7 @@ def export(
 
     model = timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=4, depth=2, num_classes=10)
     artifact = deploytk.export(model, "artifacts/tiny", method="tome", r=2)
-    assert artifact.validate(num_images=8).passed
+    assert artifact.validate(num_samples=8).passed
     ```
     """
     from deploytk.api.inputs import resolve
@@ -238,15 +239,16 @@ def _config_path(config: Any, where: str) -> Path:
     )
 
 
+@old_names("tune")
 def tune(
     config: str | Path,
     budget_ms: float,
     *,
-    batch: int = 8,
+    batch_size: int = 8,
     backend: str = DEFAULT_BACKEND,
     percentile: str = "p50",
     data: str | Path | None = None,
-    limit: int | None = 256,
+    num_samples: int | None = 256,
     inflections: list[float] | None = None,
     output: str | Path | None = None,
     cache: str | Path | None = None,
@@ -263,12 +265,12 @@ def tune(
     Args:
         config: the path of a YAML config (.yaml / .yml) whose method's schedule knob is searched.
         budget_ms: the latency budget for one batch, in milliseconds (> 0).
-        batch: the batch size the budget is for; 8 by default.
+        batch_size: the batch size the budget is for; 8 by default.
         backend: the runtime measured: ort, ort-cuda, openvino, torch or trt; ort by default.
         percentile: the latency statistic held to the budget: p50, p90 (10+ ``iterations``) or p99 (100+); p50 by default.
         data: an ImageFolder (``DIR/<class>/<image>``): also measure top-1 and pick the most accurate candidate within
             budget (logits models only). None: the least aggressive candidate within budget.
-        limit: with ``data``, the images used per candidate (class-interleaved); 256 by default, None: all.
+        num_samples: with ``data``, the inputs used per candidate (class-interleaved); 256 by default, None: all.
         inflections: r methods (tome, mctf) only: ToMe inflection schedules to search as well, e.g. ``[0, -0.5, -1]``.
             None: the config's.
         output: the tuned config to write (its .json report and .png plot go beside it). None:
@@ -284,11 +286,11 @@ def tune(
     report = tune_config(
         _config_path(config, "deploytk.tune()"),
         budget_ms,
-        batch=batch,
+        batch_size=batch_size,
         backend=backend,
         percentile=percentile,
         data=Path(data) if data is not None else None,
-        limit=limit,
+        num_samples=num_samples,
         inflections=inflections,
         output=Path(output) if output is not None else None,
         cache=Path(cache) if cache is not None else None,
@@ -300,12 +302,13 @@ def tune(
     return TuneReport(report)
 
 
+@old_names("calibrate")
 def calibrate(
     config: str | Path,
     *,
-    images: str | Path | None = None,
+    data: str | Path | None = None,
     synthetic: int | None = None,
-    num_images: int = 256,
+    num_samples: int = 256,
     batch_size: int = 16,
     quantile: float = 0.5,
     output: str | Path | None = None,
@@ -315,10 +318,10 @@ def calibrate(
 
     Args:
         config: the path of a YAML config (.yaml / .yml) whose method is calibrated (``merge.method: atm``).
-        images: a folder of calibration images, read recursively and preprocessed as the model's family does. Give
-            exactly one of ``images`` and ``synthetic``.
-        synthetic: the number of seeded synthetic (standard-normal) images to calibrate on instead of ``images``.
-        num_images: the most images taken from ``images``; 256 by default.
+        data: a folder of calibration inputs, read recursively and preprocessed as the model's family does. Give
+            exactly one of ``data`` and ``synthetic``.
+        synthetic: the number of seeded synthetic (standard-normal) inputs to calibrate on instead of ``data``.
+        num_samples: the most inputs taken from ``data``; 256 by default.
         batch_size: images per calibration batch (ATM's r adapts per batch); 16 by default.
         quantile: which quantile of the r ATM chose over the batches each layer keeps, floored (0 to 1); 0.5, the median,
             by default.
@@ -329,9 +332,9 @@ def calibrate(
 
     report = calibrate_config(
         _config_path(config, "deploytk.calibrate()"),
-        images=Path(images) if images is not None else None,
+        data=Path(data) if data is not None else None,
         synthetic=synthetic,
-        num_images=num_images,
+        num_samples=num_samples,
         batch_size=batch_size,
         quantile=quantile,
         output=Path(output) if output is not None else None,
@@ -430,6 +433,7 @@ def _export_folder(model: ModelLike) -> Path | None:
     )
 
 
+@old_names("eval")
 def evaluate(
     model: ModelLike,
     data: str | Path,
@@ -437,7 +441,7 @@ def evaluate(
     artifacts: str | Path | None = None,
     backend: str = DEFAULT_BACKEND,
     batch_size: int = 64,
-    limit: int | None = None,
+    num_samples: int | None = None,
     method: str | None = None,
     r: Any = None,
     config_name: str | None = None,
@@ -456,7 +460,7 @@ def evaluate(
         artifacts: an existing export of ``model`` to run (checked to be one). None: a temporary export, removed after.
         backend: the runtime of the exported model: ort, ort-cuda, openvino or trt; ort by default.
         batch_size: images per batch (>= 1); 64 by default.
-        limit: evaluate only this many images, class-interleaved so the subset stays balanced. None: all.
+        num_samples: evaluate only this many inputs, class-interleaved so the subset stays balanced. None: all.
         method: the token-reduction method (``deploytk.methods()``). None: the config's, else tome.
         r: tokens merged per block: an int, one int per block, ``(r, inflection)`` or the CLI's text (``"16:-1"``).
             None: the config's (16 where the method takes r).
@@ -470,14 +474,14 @@ def evaluate(
 
     if batch_size < 1:
         raise DeploytkError(f"`batch_size={batch_size}`: must be an int >= 1.")
-    scan_image_folder(Path(data), limit)  # bad data / limit fail before any model is built
+    scan_image_folder(Path(data), num_samples)  # bad data / num_samples fail before any model is built
     cfg, _ = resolve(model, "deploytk.evaluate()", method=method, r=r, **options)
     report = evaluate_accuracy(
         cfg,
         Path(data),
         artifacts=Path(artifacts) if artifacts is not None else None,
         batch_size=batch_size,
-        limit=limit,
+        num_samples=num_samples,
         config_name=config_name or _name_of(model),
         backend=backend,
         progress=progress or SILENT,

@@ -168,12 +168,12 @@ class OpenVinoModel(LoadedModel):
 
 
 def dense_ir(artifact: Artifact) -> Path:
-    """The int8 dense baseline `deploytk quantize` with `runtime=openvino` wrote beside the model (DIR/.baseline/dense-<sha>.xml)."""
+    """The int8 dense baseline `deploytk quantize` with `backend=openvino` wrote beside the model (DIR/.baseline/dense-<sha>.xml)."""
     return verified_quantized_baseline(artifact, quantized_baseline_path(artifact).with_suffix(".xml"))
 
 
 class OpenVinoBackend(Backend):
-    """``ir``: run that IR file instead of the artifact's graph (what `package` with `runtime=openvino` validates before it
+    """``ir``: run that IR file instead of the artifact's graph (what `package` with `backend=openvino` validates before it
     writes it); the artifact still names the tensors and supplies the probed graph."""
 
     name = "openvino"
@@ -227,7 +227,7 @@ class OpenVinoBackend(Backend):
     def load(self, artifact, batch_sizes, graph=None, progress: Progress = SILENT) -> OpenVinoModel:
         core = self.core()
         artifact.require_runtime(f"`backend={self.name}`", ("openvino",))
-        if self.ir_of(artifact) is not None:  # `deploytk quantize` with `runtime=openvino`, or an IR handed in
+        if self.ir_of(artifact) is not None:  # `deploytk quantize` with `backend=openvino`, or an IR handed in
             progress.step(f"OpenVINO: reading {self.ir_of(artifact)}" + (" (int8)" if artifact.quantization else ""))
             loaded = self.compile(core, artifact, graph)
         elif graph is None and artifact.inlined_path is not None:  # what a user deploys: export with `fmt='onnx-inlined'`

@@ -37,7 +37,7 @@ def check_batch_sizes(engine_manifest: dict, batch_sizes: list[int], what: str) 
     if outside:
         raise DeploytkError(
             f"{what}: batch size(s) {', '.join(map(str, outside))} outside the engine's optimization profile {lo}..{hi}.",
-            hint=f"Rebuild the engine (`deploytk build`) with `batch={min(lo, *outside)},{engine_manifest['build']['batch'][1]},"
+            hint=f"Rebuild the engine (`deploytk build`) with `batch_sizes={min(lo, *outside)},{engine_manifest['build']['batch'][1]},"
             f"{max(hi, *outside)}` or use batch sizes in {lo}..{hi}.",
         )
 

@@ -125,7 +125,7 @@ def _build(trt, logger, model: onnx.ModelProto, options: BuildOptions, kind: Inp
     if serialized is None:
         raise DeploytkError(
             f"TensorRT could not build the {what} engine (see its log above).",
-            hint="Try a smaller max in `batch=`, `opt_level=2`, or the native paths.",
+            hint="Try a smaller max in `batch_sizes=`, `opt_level=2`, or the native paths.",
         )
     seconds = time.perf_counter() - t0
     if cache_path:

@@ -52,11 +52,11 @@ def parse_batch(spec: str) -> tuple[int, int, int]:
     try:
         values = [int(v) for v in spec.split(",")]
     except ValueError:
-        raise DeploytkError(f"`batch={spec!r}` is not a list of integers; use min,opt,max such as 1,8,64 (or one value).") from None
+        raise DeploytkError(f"`batch_sizes={spec!r}` is not a list of integers; use min,opt,max such as 1,8,64 (or one value).") from None
     if len(values) == 1:
         values *= 3
     if len(values) != 3:
-        raise DeploytkError(f"`batch={spec!r}` has {len(values)} values; use min,opt,max such as 1,8,64 (or one value).")
+        raise DeploytkError(f"`batch_sizes={spec!r}` has {len(values)} values; use min,opt,max such as 1,8,64 (or one value).")
     return tuple(values)
 
 
@@ -67,5 +67,6 @@ def build_options(batch: str = "1,8,64", **kwargs) -> BuildOptions:
     except ValidationError as err:
         first = err.errors()[0]
         field, value = ".".join(str(p) for p in first["loc"]), first.get("input")
+        field = "batch_sizes" if field == "batch" else field  # the profile's keyword (deploytk.vocabulary)
         shown = ",".join(map(str, value)) if isinstance(value, list | tuple) else repr(value) if isinstance(value, str) else value
         raise DeploytkError(f"{param(field, shown)}: {first['msg'].removeprefix('Value error, ')}.") from None

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import typer
 
-from deploytk import defaults, ready_made
+from deploytk import defaults, ready_made, vocabulary
 from deploytk.cli import quiet, render
 from deploytk.cli.render import RichProgress, fail
 from deploytk.errors import DeploytkError, param
@@ -29,9 +29,45 @@ from deploytk.errors import DeploytkError, param
 # and `deploytk --help`, `--version`, `methods` and a command's `--help` need none of them (issue 42). Help texts and defaults come
 # from `deploytk.defaults`, whose copies a test holds equal to the library's tables.
 
+
+class RenamingGroup(typer.core.TyperGroup):
+    """The command group that takes a command's old option names (``deploytk.vocabulary.RENAMED``) as the new ones, with
+    a one-line note each, before the command parses them: ``--help`` shows only the vocabulary's names."""
+
+    def parse_args(self, ctx, args):
+        return super().parse_args(ctx, renamed_args(list(args)))
+
+
+def renamed_args(args: list[str]) -> list[str]:
+    """``args`` with the old flags (and old values) of the command they name rewritten to the vocabulary's. The group's
+    own options take no value, so the first argument that is not an option is the command."""
+    command = next((a for a in args if not a.startswith("-")), "")
+    renamed = {vocabulary.flag(old): new for old, new in vocabulary.RENAMED.get(command, {}).items()}
+    values = {vocabulary.flag(new): mapping for (cmd, new), mapping in vocabulary.RENAMED_VALUES.items() if cmd == command}
+    out: list[str] = []
+    for arg in args:
+        name, eq, value = arg.partition("=")
+        if name in renamed:
+            render.note(vocabulary.note(command, name[2:].replace("-", "_"), renamed[name]))
+            name = vocabulary.flag(renamed[name])
+        if name in values and eq and value in values[name]:  # --flag=old-value
+            render.note(f"{name} {value} is now {name} {values[name][value]} (the old value goes in the next release)")
+            value = values[name][value]
+        if out and out[-1] in values and arg in values[out[-1]]:  # --flag old-value
+            render.note(f"{out[-1]} {arg} is now {out[-1]} {values[out[-1]][arg]} (the old value goes in the next release)")
+            name = values[out[-1]][arg]
+        out.append(name + eq + value)
+    return out
+
+
 # help texts are plain text: rich markup would eat every "[...]" in them (the per-precision defaults did vanish)
 app = typer.Typer(
-    add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None, help=__doc__.splitlines()[0]
+    cls=RenamingGroup,
+    add_completion=True,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    help=__doc__.splitlines()[0],
 )
 plugins_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="TensorRT plugin kernels (AOT Triton).")
 app.add_typer(plugins_app, name="plugins")
@@ -198,15 +234,15 @@ def export(
 @handle_errors
 def quantize(
     directory: Path = typer.Argument(..., help="fp32 artifact directory written by `deploytk export`."),
-    runtime: str = typer.Option(
+    backend: str = typer.Option(
         ...,
-        help="openvino (NNCF, OpenVINO IR) | ort (ONNX Runtime QDQ) | trt (Q/DQ in TensorRT's explicit-quantization rules; "
-        "checked on ONNX Runtime here).",
+        help="The runtime the int8 model is for: openvino (NNCF, OpenVINO IR) | ort (ONNX Runtime QDQ) | trt (Q/DQ in "
+        "TensorRT's explicit-quantization rules; checked on ONNX Runtime here).",
     ),
-    data: Path | None = typer.Option(None, "--data", help="Folder of real calibration images (recursively), e.g. your training split."),
-    synthetic: int | None = typer.Option(None, "--synthetic", help="Calibrate on N seeded noise images instead (no real ranges)."),
-    num_images: int = typer.Option(defaults.DEFAULT_CALIBRATION_IMAGES, help="Calibration images taken from --data."),
-    output: Path | None = typer.Option(None, help="New artifact directory (default: DIR-int8-RUNTIME beside DIR)."),
+    data: Path | None = typer.Option(None, "--data", help="Folder of real calibration inputs (recursively), e.g. your training split."),
+    synthetic: int | None = typer.Option(None, "--synthetic", help="Calibrate on N seeded noise inputs instead (no real ranges)."),
+    num_samples: int = typer.Option(defaults.DEFAULT_CALIBRATION_IMAGES, help="Calibration inputs taken from --data."),
+    output: Path | None = typer.Option(None, help="New artifact directory (default: DIR-int8-BACKEND beside DIR)."),
     force: bool = typer.Option(False, "--force", help="OUTPUT is an earlier artifact that also holds other files: keep them."),
     json_out: bool = JSON,
 ):
@@ -220,7 +256,7 @@ def quantize(
 
     with RichProgress(not json_out) as progress:
         quantized = load(directory).quantize(
-            runtime, output=output, data=data, synthetic=synthetic, num_images=num_images, force=force, progress=progress
+            backend, output=output, data=data, synthetic=synthetic, num_samples=num_samples, force=force, progress=progress
         )
     render.quantization(directory, quantized.to_dict(), json_out)
 
@@ -233,13 +269,10 @@ def validate(
         defaults.DEFAULT_BACKEND,
         help=VALIDATING_BACKENDS + ". Several, comma-separated (ort,openvino): each judged, the reference run once.",
     ),
-    images: Path | None = typer.Option(
-        None,
-        "--images",
-        "--data",
-        help="Folder of real inputs: images, or clips / sounds for a video / audio model (default: 64 seeded synthetic ones).",
+    data: Path | None = typer.Option(
+        None, help="Folder of real inputs: images, or clips / sounds for a video / audio model (default: seeded synthetic ones)."
     ),
-    num_images: int = typer.Option(64, help="Images (clips, sounds) to compare."),
+    num_samples: int = typer.Option(64, help="Inputs (images, clips, sounds) to compare."),
     batch_size: int = typer.Option(8, help="Batch size of the comparison runs."),
     atol: float | None = typer.Option(None, help="Absolute tolerance on logits " + tolerance_defaults("atol")),
     rtol: float | None = typer.Option(None, help="Relative tolerance on logits " + tolerance_defaults("rtol")),
@@ -283,9 +316,9 @@ def validate(
     }
     with RichProgress() as progress:
         report = load(directory).validate(
-            backend, images=images, num_images=num_images, batch_size=batch_size, progress=progress, **tolerances
+            backend, data=data, num_samples=num_samples, batch_size=batch_size, progress=progress, **tolerances
         )
-    render.validations(directory, report.to_dict(), images is not None, json_out)
+    render.validations(directory, report.to_dict(), data is not None, json_out)
     raise typer.Exit(0 if report.passed else 1)
 
 
@@ -413,9 +446,9 @@ def families(json_out: bool = JSON):
 @handle_errors
 def calibrate(
     config: Path = typer.Argument(..., help="Config YAML with `merge.method: atm`."),
-    images: Path | None = typer.Option(None, help="Folder of calibration images (timm preprocessing)."),
-    synthetic: int | None = typer.Option(None, help="Use N seeded synthetic images instead of --images."),
-    num_images: int = typer.Option(256, help="Calibration images taken from --images."),
+    data: Path | None = typer.Option(None, help="Folder of calibration inputs (the model family's preprocessing)."),
+    synthetic: int | None = typer.Option(None, help="Use N seeded synthetic inputs instead of --data."),
+    num_samples: int = typer.Option(256, help="Calibration inputs taken from --data."),
     batch_size: int = typer.Option(16, help="Calibration batch size (ATM's r is adaptive per batch)."),
     quantile: float = typer.Option(0.5, help="Per-layer statistic over batches: this quantile of ATM's r (0.5 = median)."),
     output: Path | None = typer.Option(None, help="New config path (default: CONFIG's folder/<stem>_calibrated.yaml)."),
@@ -427,9 +460,9 @@ def calibrate(
     with RichProgress() as progress:
         report = run_calibrate(
             config,
-            images=images,
+            data=data,
             synthetic=synthetic,
-            num_images=num_images,
+            num_samples=num_samples,
             batch_size=batch_size,
             quantile=quantile,
             output=output,
@@ -443,11 +476,11 @@ def calibrate(
 def tune(
     config: Path = typer.Argument(..., help="Export config YAML whose method's schedule knob is searched."),
     budget_ms: float = typer.Option(..., "--budget-ms", help="Latency budget in milliseconds for one batch."),
-    batch: int = typer.Option(8, help="Batch size the budget is for."),
+    batch_size: int = typer.Option(8, help="Batch size the budget is for."),
     backend: str = typer.Option(defaults.DEFAULT_BACKEND, help=" | ".join(defaults.BACKEND_NAMES)),
     percentile: str = typer.Option("p50", help=" | ".join(defaults.PERCENTILES) + ": the latency statistic held to the budget."),
     data: Path | None = typer.Option(None, "--data", help="ImageFolder: also measure top-1 and pick the most accurate within budget."),
-    limit: int | None = typer.Option(256, help="With --data: images used per candidate (class-interleaved)."),
+    num_samples: int | None = typer.Option(256, help="With --data: inputs used per candidate (class-interleaved)."),
     inflections: str | None = typer.Option(
         None, help="r methods: ToMe inflection schedules to search as well, e.g. 0,-0.5,-1 (default: the config's)."
     ),
@@ -468,11 +501,11 @@ def tune(
         report = run_tune(
             config,
             budget_ms,
-            batch=batch,
+            batch_size=batch_size,
             backend=backend,
             percentile=percentile,
             data=data,
-            limit=limit,
+            num_samples=num_samples,
             inflections=inflection_list,
             output=output,
             cache=cache,
@@ -489,7 +522,7 @@ def tune(
 @handle_errors
 def build(
     directory: Path = typer.Argument(..., help="Artifact directory written by `deploytk export`."),
-    batch: str = typer.Option("1,8,64", help="Optimization profile of the batch: min,opt,max (or one value)."),
+    batch_sizes: str = typer.Option("1,8,64", help="The engine's batch profile: min,opt,max (or one value)."),
     merge_impl: str = typer.Option("plugin", help="plugin (deploytk's AOT kernels) | native (TensorRT inlines the ONNX bodies)."),
     attention_impl: str = typer.Option("plugin", help="plugin (deploytk's kernel) | native (TensorRT's fused attention, log(size) mask)."),
     opt_level: int = typer.Option(3, help="TensorRT builder optimization level 0..5."),
@@ -505,7 +538,7 @@ def build(
     artifact = load(directory)
     with RichProgress(not json_out) as progress:
         report = artifact.build(
-            batch=batch,
+            batch_sizes=batch_sizes,
             merge_impl=merge_impl,
             attention_impl=attention_impl,
             opt_level=opt_level,
@@ -534,17 +567,16 @@ def package(
         help="Replace an earlier deploytk model at REPO/NAME (atomically; files deploytk did not write there are kept, and a folder "
         "that is not deploytk's is refused even so).",
     ),
-    runtime: str | None = typer.Option(
+    backend: str | None = typer.Option(
         None,
-        "--runtime",
-        help="Triton backend: onnxruntime (1/model.onnx) | tensorrt (1/model.plan, from `deploytk build`) | openvino (1/model.xml + "
-        ".bin, validated against the reference before it is written) [default: tensorrt when DIR has an engine, else onnxruntime].",
+        help="The runtime Triton serves it with: ort (Triton's onnxruntime backend, 1/model.onnx) | trt (tensorrt, 1/model.plan, "
+        "from `deploytk build`) | openvino (1/model.xml + .bin, validated against the reference before it is written) "
+        "[default: trt when DIR has an engine, else ort].",
     ),
-    images: Path | None = typer.Option(
+    data: Path | None = typer.Option(
         None,
-        "--images",
-        help="--runtime openvino: validate the IR on 64 images of this folder, or clips / sounds for a video / audio model (default: "
-        "seeded synthetic ones; an int8 IR needs images like its calibration data).",
+        help="--backend openvino: validate the IR on 64 inputs of this folder (images, or clips / sounds for a video / audio "
+        "model; default: seeded synthetic ones; an int8 IR needs inputs like its calibration data).",
     ),
     json_out: bool = JSON,
 ):
@@ -552,9 +584,7 @@ def package(
     from deploytk.api import load
 
     with RichProgress(not json_out) as progress:
-        report = load(directory).package(
-            triton, name=name, max_batch=max_batch, force=force, progress=progress, runtime=runtime, images=images
-        )
+        report = load(directory).package(triton, name=name, max_batch=max_batch, force=force, progress=progress, backend=backend, data=data)
     render.package(report.to_dict(), json_out)
 
 
@@ -567,7 +597,7 @@ def eval_accuracy(
         None, "--artifacts", help="Existing `deploytk export` directory of CONFIG (default: export to a temp dir)."
     ),
     batch_size: int = typer.Option(64, "--batch-size", help="Images per batch."),
-    limit: int | None = typer.Option(None, "--limit", help="Evaluate only N images (class-interleaved, deterministic)."),
+    num_samples: int | None = typer.Option(None, help="Evaluate only N inputs (class-interleaved, deterministic)."),
     backend: str = typer.Option(defaults.DEFAULT_BACKEND, help="Runtime of the exported model: " + VALIDATING_BACKENDS),
     json_out: bool = JSON,
 ):
@@ -578,7 +608,14 @@ def eval_accuracy(
     cfg = load_config_with_overrides(config)
     with RichProgress() as progress:
         report = evaluate(
-            cfg, data, artifacts=artifacts, batch_size=batch_size, limit=limit, config_name=str(config), backend=backend, progress=progress
+            cfg,
+            data,
+            artifacts=artifacts,
+            batch_size=batch_size,
+            num_samples=num_samples,
+            config_name=str(config),
+            backend=backend,
+            progress=progress,
         )
     render.evaluation(config, report.to_dict(), json_out)
 

@@ -285,7 +285,7 @@ def validation(directory: Path, report: dict, real_images: bool) -> None:
         if report["precision"] != "fp32" and not real_images:
             out_console.print(
                 "[yellow]note:[/] a low-precision graph flips near-ties far more often on the synthetic noise "
-                "images than on real ones; validate with --images DIR for a representative answer."
+                "images than on real ones; validate with --data DIR for a representative answer."
             )
     out_console.print("[bold green]PASS[/]" if report["passed"] else f"[bold red]FAIL[/]: {failed_checks(report)}")
 
@@ -328,7 +328,7 @@ def _top1_flips(report: dict) -> None:
         out_console.print(
             f"[yellow]note:[/] {report['top1_flips_within_tolerance']} of {len(flips)} flip(s) are within tolerance: {why} "
             "(near-tied logits, typical of random weights). They are reported, not counted against --min-top1; "
-            "validate a real checkpoint with --images DIR for a representative top-1 agreement."
+            "validate a real checkpoint with --data DIR for a representative top-1 agreement."
         )
 
 

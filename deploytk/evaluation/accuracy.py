@@ -58,18 +58,18 @@ def _samples_in(folder: Path, suffixes: frozenset[str]) -> list[Path]:
     )
 
 
-def scan_image_folder(root: Path, limit: int | None = None, kind: InputKind | None = None) -> ImageFolder:
+def scan_image_folder(root: Path, num_samples: int | None = None, kind: InputKind | None = None) -> ImageFolder:
     """Scan ``root/<class>/**/<sample>``; classes are the sorted sub-folder names. ``kind``: the model's input kind, whose
     files are taken (images, clips, sounds); None, before the model is built: any kind's files (the tree is checked).
 
     Samples are ordered class-interleaved (the first sample of every class, then the second,
-    ...), so ``limit`` keeps a class-balanced, deterministic subset.
+    ...), so ``num_samples`` keeps a class-balanced, deterministic subset.
     """
     suffixes = kind.suffixes if kind is not None else frozenset().union(*(k.suffixes for k in KINDS.values()))
     noun, nouns = (kind.noun, kind.nouns) if kind is not None else ("image", "images")
     root = Path(root)
-    if limit is not None and limit < 1:
-        raise DeploytkError(f"`limit={limit}`: must be an int >= 1 (or omitted for all images).")
+    if num_samples is not None and num_samples < 1:
+        raise DeploytkError(f"`num_samples={num_samples}`: must be an int >= 1 (or omitted for all inputs).")
     if not root.is_dir():
         raise DeploytkError(
             f"data directory {root} does not exist or is not a directory (`data=`).",
@@ -100,7 +100,7 @@ def scan_image_folder(root: Path, limit: int | None = None, kind: InputKind | No
         for index, files in enumerate(per_class):
             if rank < len(files):
                 samples.append((files[rank], index))
-    return ImageFolder(root, classes, samples[:limit] if limit else samples)
+    return ImageFolder(root, classes, samples[:num_samples] if num_samples else samples)
 
 
 def _topk_correct(logits: np.ndarray, labels: np.ndarray, k: int) -> tuple[int, int, np.ndarray]:
@@ -116,25 +116,25 @@ def evaluate(
     *,
     artifacts: Path | None = None,
     batch_size: int = 64,
-    limit: int | None = None,
+    num_samples: int | None = None,
     config_name: str = "the config",
     backend: str | Backend = DEFAULT_BACKEND,
     progress: Progress = SILENT,
 ) -> dict:
     """Top-1/top-k of dense, reference and the exported model on ``backend`` on the ImageFolder ``data``; see the module doc.
 
-    All input checks (data tree, limit, batch size, artifacts vs config, class count) run
+    All input checks (data tree, num_samples, batch size, artifacts vs config, class count) run
     before anything is exported; a temporary export is removed even on failure. The report
     calls the exported model's accuracy ``exported`` (``backend`` says what ran it).
     """
     if batch_size < 1:
         raise DeploytkError(f"`batch_size={batch_size}`: must be an int >= 1.")
     backend = get_backend(backend, validating=True) if isinstance(backend, str) else backend
-    scan_image_folder(data, limit)  # a bad tree or limit fails before any model is built
+    scan_image_folder(data, num_samples)  # a bad tree or num_samples fails before any model is built
     t_start = time.perf_counter()
     progress.step("building the unmerged model")
     family = create_model(cfg)
-    folder = scan_image_folder(data, limit, family.input_kind)  # the files of the model's kind: images, clips or sounds
+    folder = scan_image_folder(data, num_samples, family.input_kind)  # the files of the model's kind: images, clips or sounds
     dense = family.plain()
     img = family.img_size
     num_classes = family.num_classes
@@ -213,7 +213,7 @@ def evaluate(
         "num_images": n,
         "num_classes": num_classes,
         "classes": folder.classes,
-        "limit": limit,
+        "limit": num_samples,
         "batch_size": batch_size,
         "topk": k,
         "gflops": manifest["gflops"],

@@ -32,7 +32,7 @@ BASELINE_ENGINE_FILE = "baseline.engine"
 ENGINE_MANIFEST_FILE = "engine.json"
 #: the unmerged baseline's cache (exporter/baseline.py): dense-<sha>.onnx files
 BASELINE_DIR = ".baseline"
-#: `deploytk quantize` with `runtime=openvino`: the quantized graph as OpenVINO IR (model.onnx stays the fp32 graph it came from)
+#: `deploytk quantize` with `backend=openvino`: the quantized graph as OpenVINO IR (model.onnx stays the fp32 graph it came from)
 IR_FILE = "model.xml"
 IR_WEIGHTS_FILE = "model.bin"
 #: an export of a Python model object: its stored weights and architecture (deploytk.exporter.source)
@@ -299,7 +299,7 @@ class Artifact:
         if quantized and quantized["runtime"] not in runs:
             made = quantized.get("backend", quantized["runtime"])
             raise DeploytkError(
-                f"{self.directory} was quantized for {quantized['runtime']} (`deploytk quantize` with `runtime={quantized['runtime']}`); "
+                f"{self.directory} was quantized for {quantized['runtime']} (`deploytk quantize` with `backend={quantized['runtime']}`); "
                 f"{what} does not run that graph.",
                 hint=f"Run it with `backend={made}`, or quantize the fp32 export {quantized['source']['directory']} for this runtime.",
             )

@@ -31,7 +31,7 @@ from deploytk.quantize.base import Quantizer
 from deploytk.quantize.nncf_openvino import OPENVINO
 from deploytk.quantize.qdq import ORT, TRT
 
-#: `runtime=`: one Quantizer each (deploytk/quantize/<tool>.py)
+#: `backend=`: one Quantizer each (deploytk/quantize/<tool>.py)
 QUANTIZERS: dict[str, Quantizer] = {q.name: q for q in (OPENVINO, ORT, TRT)}
 RUNTIMES = tuple(QUANTIZERS)
 #: calibration images by default: NNCF's own default subset size
@@ -48,17 +48,17 @@ KEPT_FP32 = (
 )
 
 
-def get_quantizer(runtime: str) -> Quantizer:
-    if runtime not in QUANTIZERS:
-        raise DeploytkError(f"`runtime={runtime!r}` is not one of {', '.join(RUNTIMES)}.")
-    return QUANTIZERS[runtime]
+def get_quantizer(backend: str) -> Quantizer:
+    if backend not in QUANTIZERS:
+        raise DeploytkError(f"`backend={backend!r}` is not one of {', '.join(RUNTIMES)} (the runtime the int8 model is for).")
+    return QUANTIZERS[backend]
 
 
 def default_output(directory: Path, runtime: str) -> Path:
     return directory.parent / f"{directory.name}-int8-{runtime}"
 
 
-def calibration_batches(artifact: Artifact, data: Path | None, synthetic: int | None, num_images: int) -> tuple[list, dict]:
+def calibration_batches(artifact: Artifact, data: Path | None, synthetic: int | None, num_samples: int) -> tuple[list, dict]:
     """The calibration batches and the manifest's record of them; exactly one of ``data`` and ``synthetic``."""
     if (data is None) == (synthetic is None):
         raise DeploytkError(
@@ -67,10 +67,10 @@ def calibration_batches(artifact: Artifact, data: Path | None, synthetic: int | 
             hint="For real accuracy, calibrate on a few hundred images like the ones the model will see.",
         )
     if data is not None:
-        if num_images < 1:
-            raise DeploytkError(f"`num_images={num_images}`: must be >= 1.")
+        if num_samples < 1:
+            raise DeploytkError(f"`num_samples={num_samples}`: must be >= 1.")
         transform = build_reference(artifact.reference_config).family.eval_transform()
-        batches = folder_batches(data, num_images, BATCH, transform, artifact.input_kind, "data")
+        batches = folder_batches(data, num_samples, BATCH, transform, artifact.input_kind, "data")
         images = sum(len(b) for b in batches)
         record = {"source": str(Path(data).resolve()), "images": images, "preprocessing": "the model family's eval transform"}
     else:
@@ -108,28 +108,29 @@ def check_source(source: Artifact) -> None:
 
 def run_quantize(
     directory: Path,
-    runtime: str,
+    backend: str,
     *,
     output: Path | None = None,
     data: Path | None = None,
     synthetic: int | None = None,
-    num_images: int = DEFAULT_CALIBRATION_IMAGES,
+    num_samples: int = DEFAULT_CALIBRATION_IMAGES,
     force: bool = False,
     progress: Progress = SILENT,
     keep_choices_fp32: bool = True,
 ) -> dict:
-    """Quantize the export at ``directory`` for ``runtime`` into ``output`` and return the new manifest; nothing is written
-    when anything fails. ``keep_choices_fp32=False`` exists for one test: a broken quantization validate must catch."""
-    quantizer = get_quantizer(runtime)
+    """Quantize the export at ``directory`` for ``backend`` (the runtime) into ``output`` and return the new manifest;
+    nothing is written when anything fails. ``keep_choices_fp32=False`` exists for one test: a broken quantization
+    validate must catch."""
+    quantizer = get_quantizer(backend)
     quantizer.require()
     source = Artifact.open(directory)
     check_source(source)
     quantizer.check(source)
-    output = Path(output) if output is not None else default_output(source.directory, runtime)
+    output = Path(output) if output is not None else default_output(source.directory, backend)
     if output.resolve() == source.directory.resolve():
         raise DeploytkError(f"`output={output}` is the source artifact itself.", hint="Write the int8 artifact to a new folder.")
     with claim_directory(output, EXPORT, force=force) as target:
-        batches, calibration = calibration_batches(source, data, synthetic, num_images)
+        batches, calibration = calibration_batches(source, data, synthetic, num_samples)
         progress.step("exporting the unmerged baseline (cached after the first run)")
         dense = baseline_onnx(source)
         started = time.perf_counter()

@@ -1,4 +1,4 @@
-"""What one `deploytk quantize` runtime (`runtime=NAME`) is: its tool, its settings, and how it writes the int8 model and the
+"""What one `deploytk quantize` runtime (`backend=NAME`) is: its tool, its settings, and how it writes the int8 model and the
 int8 dense baseline into the new artifact's folder. A new runtime's int8 is one ``Quantizer`` in its own file."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from deploytk.exporter.artifacts import Artifact
 
 
 class Quantizer(ABC):
-    #: what `runtime=` takes
+    #: what `backend=` takes
     name: str = ""
     #: the backend (`backend=`) that validates, profiles and evaluates what it writes
     backend: str = ""

@@ -1,4 +1,4 @@
-"""`deploytk quantize` with `runtime=openvino`: NNCF post-training quantization of the graph OpenVINO reads.
+"""`deploytk quantize` with `backend=openvino`: NNCF post-training quantization of the graph OpenVINO reads.
 
 OpenVINO reads the inlined graph (its ONNX reader takes no custom-domain functions, see backends/openvino_backend.py),
 so the deploytk ops arrive as plain ops under their own names (``ToMeMatch/...``); NNCF is told to leave those alone
@@ -62,7 +62,7 @@ def quantize_openvino(source: Path, target: Path, batches: list[np.ndarray], kee
 
     ``keep_choices_fp32=False`` only for the test that shows validation catching a broken quantization: it lets NNCF
     quantize the matching ops' own similarity products."""
-    import nncf  # optional: quantize with `runtime=openvino` (pip install deploytk[int8])
+    import nncf  # optional: quantize with `backend=openvino` (pip install deploytk[int8])
     import openvino as ov
 
     proto = onnx.load(str(source))
@@ -111,7 +111,7 @@ class NncfQuantizer(Quantizer):
     settings = SETTINGS
 
     def require(self) -> None:
-        require_nncf("quantize with `runtime=openvino`")
+        require_nncf("quantize with `backend=openvino`")
 
     def tool(self) -> str:
         return f"nncf {nncf_version()} on openvino {openvino_version()}"
@@ -124,7 +124,7 @@ class NncfQuantizer(Quantizer):
             raise DeploytkError(
                 f"NNCF cannot quantize {source.directory}: it has Loop ops ({', '.join(loops)}), whose bodies NNCF's OpenVINO "
                 'graph builder does not take ("Could not find a node ... in NNCFGraph").',
-                hint="Quantize it for ONNX Runtime instead (`runtime=ort`), or choose a method without iterative rounds.",
+                hint="Quantize it for ONNX Runtime instead (`backend=ort`), or choose a method without iterative rounds.",
             )
 
     def quantize(self, source: Artifact, dense: Path, folder: Path, batches: list[np.ndarray], keep_choices_fp32: bool = True) -> dict:

@@ -1,4 +1,4 @@
-"""`deploytk quantize` with `runtime=ort` or `runtime=trt`: ONNX Runtime's static quantizer, QDQ format, on the plugin-ready graph.
+"""`deploytk quantize` with `backend=ort` or `backend=trt`: ONNX Runtime's static quantizer, QDQ format, on the plugin-ready graph.
 
 The graph keeps its deploytk nodes (function bodies for ONNX Runtime, plugins for TensorRT): the quantizer does not
 look inside functions, and only the ops that carry weights are handed to it (``weight_ops``: the projections, the MLP,

@@ -51,11 +51,11 @@ def tune(
     config: Path,
     budget_ms: float,
     *,
-    batch: int = 8,
+    batch_size: int = 8,
     backend: str | Backend = "ort",
     percentile: str = "p50",
     data: Path | None = None,
-    limit: int | None = 256,
+    num_samples: int | None = 256,
     inflections: list[float] | None = None,
     output: Path | None = None,
     cache: Path | None = None,
@@ -69,8 +69,9 @@ def tune(
     CLI's flags), else the Python call."""
     if budget_ms <= 0:
         raise DeploytkError(f"`budget_ms={budget_ms}`: must be a positive number of milliseconds.")
-    if batch < 1 or warmup < 0 or iterations < 1:
-        raise DeploytkError("`batch=` and `iterations=` must be >= 1 and `warmup=` >= 0.")
+    if batch_size < 1 or warmup < 0 or iterations < 1:
+        raise DeploytkError("`batch_size=` and `iterations=` must be >= 1 and `warmup=` >= 0.")
+    batch = batch_size
     if percentile not in PERCENTILES:
         raise DeploytkError(f"`percentile={percentile!r}` is not one of {', '.join(PERCENTILES)}.")
     if iterations < MIN_SAMPLES[percentile]:
@@ -91,7 +92,9 @@ def tune(
     backend = get_backend(backend) if isinstance(backend, str) else backend
     folder = None
     if data is not None:  # the files of the model's kind (images, clips, sounds), checked before anything is claimed
-        folder = scan_image_folder(data, limit, create_model(cfg.model_copy(update={"checkpoint": None, "pretrained": False})).input_kind)
+        folder = scan_image_folder(
+            data, num_samples, create_model(cfg.model_copy(update={"checkpoint": None, "pretrained": False})).input_kind
+        )
     with contextlib.ExitStack() as claims:  # each claim holds its file's lock until written or given up
         output = claims.enter_context(
             claim_yaml(Path(output) if output else config.with_name(f"{config.stem}_tuned.yaml"), "deploytk tune")
@@ -140,12 +143,12 @@ def tune(
         report["report"] = str(report_out.path)
         arguments = {  # what reproduces this run (every argument spelled out, defaults included)
             "budget_ms": budget_ms,
-            "batch": batch,
+            "batch_size": batch,
             "backend": backend.name,
             "percentile": percentile,
             "warmup": warmup,
             "iterations": iterations,
-            **({"data": str(data), "limit": limit} if data is not None else {}),
+            **({"data": str(data), "num_samples": num_samples} if data is not None else {}),
             **({"inflections": list(inflections)} if inflections else {}),
             "output": str(output.path),
             "cache": str(cache),

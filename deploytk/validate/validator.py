@@ -429,15 +429,15 @@ def run_validation(
     directory: Path,
     backend: str | Backend,
     *,
-    images: Path | None = None,
-    num_images: int = 64,
+    data: Path | None = None,
+    num_samples: int = 64,
     batch_size: int = 8,
     progress: Progress = SILENT,
     **tolerances,
 ) -> tuple[ValidationReport, Tolerances]:
     """`deploytk validate` on one backend (``run_validations``)."""
     reports, tol = run_validations(
-        directory, [backend], images=images, num_images=num_images, batch_size=batch_size, progress=progress, **tolerances
+        directory, [backend], data=data, num_samples=num_samples, batch_size=batch_size, progress=progress, **tolerances
     )
     return reports[0], tol
 
@@ -446,16 +446,16 @@ def run_validations(
     directory: Path,
     backends: list[str | Backend],
     *,
-    images: Path | None = None,
-    num_images: int = 64,
+    data: Path | None = None,
+    num_samples: int = 64,
     batch_size: int = 8,
     progress: Progress = SILENT,
     **tolerances,
 ) -> tuple[list[ValidationReport], Tolerances]:
     """`deploytk validate`: tolerances from the artifact's precision (overridden where given), then ``validate_each``
-    on ``num_images`` of ``images`` (timm's preprocessing for the model) or seeded synthetic images."""
-    if num_images < 1 or batch_size < 1:
-        raise DeploytkError("`num_images=` and `batch_size=` must be >= 1.")
+    on ``num_samples`` inputs of ``data`` (the model family's own preprocessing) or seeded synthetic ones."""
+    if num_samples < 1 or batch_size < 1:
+        raise DeploytkError("`num_samples=` and `batch_size=` must be >= 1.")
     if not backends:
         raise DeploytkError("no backend to validate on; name at least one.")
     for name in ("max_flipped_choices", "max_branch_flips"):
@@ -468,10 +468,10 @@ def run_validations(
     artifact = Artifact.open(directory, verify=False)  # validate_each() checks the hash
     tol = Tolerances.for_precision(artifact.numerics, **tolerances)
     reference = None
-    if images is not None:  # the reference's own timm model decides the preprocessing
+    if data is not None:  # the reference's own model decides the preprocessing
         progress.step("rebuilding the PyTorch reference from the manifest")
         reference = build_reference(artifact.reference_config)
-        batches = folder_batches(images, num_images, batch_size, reference.family.eval_transform(), artifact.input_kind)
+        batches = folder_batches(data, num_samples, batch_size, reference.family.eval_transform(), artifact.input_kind, "data")
     else:
-        batches = synthetic_batches(num_images, batch_size, artifact.input_kind)
+        batches = synthetic_batches(num_samples, batch_size, artifact.input_kind)
     return validate_each(directory, backends, batches, tol, progress, reference), tol

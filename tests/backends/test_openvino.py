@@ -44,7 +44,7 @@ def test_openvino_alone_cannot_read_the_function_bodied_file(digits_tome):
 
 @pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_validate_on_openvino_passes_with_its_settings_reported(digits_tome):
-    result = invoke("validate", digits_tome, "--backend", "openvino", "--num-images", "16", "--json")
+    result = invoke("validate", digits_tome, "--backend", "openvino", "--num-samples", "16", "--json")
     (report,) = json.loads(result.stdout)["reports"]
     assert result.exit_code == 0 and report["passed"], result.output
     assert report["max_abs_diff"] < 1e-4 and report["top1_agreement"] == 1.0
@@ -58,13 +58,13 @@ def test_validate_on_two_backends_judges_each_as_alone_with_one_reference_run(di
     from deploytk.backends.torch_backend import TorchModel
 
     alone = {
-        b: json.loads(invoke("validate", digits_tome, "--backend", b, "--num-images", "16", "--json").stdout)["reports"][0]
+        b: json.loads(invoke("validate", digits_tome, "--backend", b, "--num-samples", "16", "--json").stdout)["reports"][0]
         for b in ("ort", "openvino")
     }
     reference_runs = []
     original = TorchModel.run
     monkeypatch.setattr(TorchModel, "run", lambda self, x: reference_runs.append(len(x)) or original(self, x))
-    result = invoke("validate", digits_tome, "--backend", "ort,openvino", "--num-images", "16", "--json")
+    result = invoke("validate", digits_tome, "--backend", "ort,openvino", "--num-samples", "16", "--json")
     both = json.loads(result.stdout)
     assert result.exit_code == 0 and both["passed"] and both["backends"] == ["ort", "openvino"], result.output
     assert [r["backend"] for r in both["reports"]] == ["ort", "openvino"]
@@ -80,7 +80,7 @@ def test_validate_names_a_backend_given_twice(digits_tome):
 
 def test_validate_on_two_backends_refuses_before_running_any(exported):
     out = exported("digits_vit_tome_r4_bf16")  # OpenVINO refuses a bf16 graph: ort is not run either
-    result = invoke("validate", out, "--backend", "ort,openvino", "--num-images", "8")
+    result = invoke("validate", out, "--backend", "ort,openvino", "--num-samples", "8")
     assert result.exit_code == 2 and "bf16 graph" in result.output and "PyTorch" not in result.output
 
 
@@ -119,7 +119,7 @@ def test_a_changed_inlined_file_is_refused(digits_tome, tmp_path):
         f.write(b"\0")
     result = invoke("profile", bad, "--backend", "openvino", "--batch-sizes", "1", "--iterations", "1")
     assert result.exit_code == 2 and "does not match its manifest" in result.output
-    result = invoke("validate", bad, "--backend", "openvino", "--num-images", "8")  # validate checks the file a user deploys
+    result = invoke("validate", bad, "--backend", "openvino", "--num-samples", "8")  # validate checks the file a user deploys
     assert result.exit_code == 2 and "model.inlined.onnx is missing or does not match its manifest" in " ".join(result.output.split())
 
 
@@ -146,7 +146,7 @@ def test_profile_on_openvino_compares_with_the_dense_model_on_openvino(digits_to
 
 def test_fp16_graph_runs_and_says_how(exported):
     out = exported("digits_vit_tome_r4_fp16")
-    result = invoke("validate", out, "--backend", "openvino", "--num-images", "16", "--json")
+    result = invoke("validate", out, "--backend", "openvino", "--num-samples", "16", "--json")
     (report,) = json.loads(result.stdout)["reports"]
     assert result.exit_code == 0 and report["passed"], result.output
     assert report["cosine_similarity_min"] > 0.9999
@@ -156,7 +156,7 @@ def test_fp16_graph_runs_and_says_how(exported):
 
 def test_bf16_graph_is_refused_with_the_reason(exported):
     out = exported("digits_vit_tome_r4_bf16")
-    result = invoke("validate", out, "--backend", "openvino", "--num-images", "8")
+    result = invoke("validate", out, "--backend", "openvino", "--num-samples", "8")
     assert result.exit_code == 2
     assert "bf16 graph" in result.output and "--backend ort" in result.output
 
@@ -182,7 +182,7 @@ def test_eval_on_openvino(tmp_path):
     from deploytk.config import config_to_dict
 
     cfg_path.write_text(json.dumps(config_to_dict(config)))
-    result = invoke("eval", cfg_path, "--data", root / "val", "--limit", "40", "--backend", "openvino", "--json")
+    result = invoke("eval", cfg_path, "--data", root / "val", "--num-samples", "40", "--backend", "openvino", "--json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["backend"] == "openvino" and report["num_images"] == 40

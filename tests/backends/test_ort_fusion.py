@@ -52,9 +52,9 @@ def test_the_fused_copy_computes_what_model_onnx_computes(fused):
 
 
 def test_the_ort_backend_validates_the_fused_copy(fused, exported):
-    report = deploytk.load(fused).validate("ort", num_images=16)
+    report = deploytk.load(fused).validate("ort", num_samples=16)
     assert report.passed and report.reports[0]["runtime_settings"]["graph"] == "model.ort.onnx"
-    plain = deploytk.load(exported(STEM)).validate("ort", num_images=16)
+    plain = deploytk.load(exported(STEM)).validate("ort", num_samples=16)
     assert plain.reports[0]["runtime_settings"]["graph"] == "model.onnx"
 
 
@@ -76,7 +76,7 @@ def test_a_changed_fused_copy_is_refused(exported, tmp_path):
         f.write(b"\0")
     before = snapshot(folder)
     with pytest.raises(DeploytkError, match=r"model\.ort\.onnx is missing or does not match its manifest") as raised:
-        deploytk.load(folder).validate("ort", num_images=4)
+        deploytk.load(folder).validate("ort", num_samples=4)
     assert "fmt='onnx-ort'" in raised.value.hint
     assert snapshot(folder) == before
 

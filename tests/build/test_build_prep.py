@@ -18,7 +18,7 @@ def test_batch_profile_parsing():
         parse_batch("1,8")
     with pytest.raises(DeploytkError, match="not a list of integers"):
         parse_batch("1,eight,64")
-    with pytest.raises(DeploytkError, match="`batch=8,1,64`: min,opt,max must satisfy 1 <= min <= opt <= max"):
+    with pytest.raises(DeploytkError, match="`batch_sizes=8,1,64`: min,opt,max must satisfy 1 <= min <= opt <= max"):
         build_options("8,1,64")
     with pytest.raises(DeploytkError, match="merge_impl"):
         build_options("1,8,64", merge_impl="fast")
@@ -171,4 +171,4 @@ def test_batch_sizes_outside_the_engine_profile_are_refused_with_a_rebuild_comma
     check_batch_sizes(m, [2, 8, 32], "profile `backend=trt`")  # inside: no error
     with pytest.raises(DeploytkError, match=r"batch size\(s\) 1, 64 outside the engine's optimization profile 2\.\.32") as err:
         check_batch_sizes(m, [1, 8, 64], "profile `backend=trt`")
-    assert "`batch=1,8,64`" in err.value.hint
+    assert "`batch_sizes=1,8,64`" in err.value.hint

@@ -21,7 +21,7 @@ def r4_artifacts(exported):
 
 def test_scan_orders_classes_sorted_and_interleaves(digits_tree):
     root, _ = digits_tree
-    folder = scan_image_folder(root / "val", limit=25)
+    folder = scan_image_folder(root / "val", num_samples=25)
     assert folder.classes == [str(d) for d in range(10)]
     assert [c for _, c in folder.samples] == [i % 10 for i in range(25)]
     assert all(p.parent.name == folder.classes[c] for p, c in folder.samples)
@@ -44,10 +44,10 @@ def test_harness_matches_direct_forward(digits_tree, digits_cfg, r4_artifacts):
 
     root, _ = digits_tree
     cfg = digits_cfg(TOME_R4)
-    report = evaluate(cfg, root / "val", artifacts=r4_artifacts, batch_size=7, limit=40, config_name=str(TOME_R4))
+    report = evaluate(cfg, root / "val", artifacts=r4_artifacts, batch_size=7, num_samples=40, config_name=str(TOME_R4))
 
     # independent: the same 40 files, preprocessed once, one forward pass per model
-    folder = scan_image_folder(root / "val", limit=40)
+    folder = scan_image_folder(root / "val", num_samples=40)
     files, labels = [f for f, _ in folder.samples], torch.tensor([c for _, c in folder.samples])
     dense = create_vit(cfg)
     x = torch.from_numpy(load_samples(files, adapt(dense).eval_transform(), adapt(dense).input_kind))
@@ -74,7 +74,7 @@ def test_harness_matches_direct_forward(digits_tree, digits_cfg, r4_artifacts):
 def test_temporary_export_is_removed(digits_tree, digits_cfg, monkeypatch, tmp_path):
     root, _ = digits_tree
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    report = evaluate(digits_cfg(TOME_R4), root / "val", batch_size=16, limit=16)
+    report = evaluate(digits_cfg(TOME_R4), root / "val", batch_size=16, num_samples=16)
     assert report["artifacts"] is None and report["seconds"]["export"] > 0
     assert 0 <= report["exported"]["top1"] <= 1 and report["agreement"] >= 0.9
     assert list(tmp_path.iterdir()) == []
@@ -100,7 +100,7 @@ def test_shipped_checkpoint_reaches_95_percent(digits_tree, digits_cfg):
 def test_artifacts_from_another_config_are_refused(digits_tree, digits_cfg, r4_artifacts):
     root, _ = digits_tree
     with pytest.raises(DeploytkError, match=r"was not exported from dense.yaml: `merge.r` is 4 there but 0 in dense.yaml"):
-        evaluate(digits_cfg(DENSE), root / "val", artifacts=r4_artifacts, limit=4, config_name="dense.yaml")
+        evaluate(digits_cfg(DENSE), root / "val", artifacts=r4_artifacts, num_samples=4, config_name="dense.yaml")
     random_init = digits_cfg(TOME_R4).model_copy(update={"checkpoint": None})
     with pytest.raises(DeploytkError, match="the weights differ"):
-        evaluate(random_init, root / "val", artifacts=r4_artifacts, limit=4)
+        evaluate(random_init, root / "val", artifacts=r4_artifacts, num_samples=4)

@@ -42,7 +42,7 @@ def image(path, size=32):
 def test_json_is_one_object_with_the_keys(digits_tree, monkeypatch):
     root, _ = digits_tree
     monkeypatch.chdir(ROOT)  # the config's checkpoint path is relative to the repository root
-    result = invoke(TOME_R4, "--data", root / "val", "--limit", 12, "--batch-size", 5, "--json")
+    result = invoke(TOME_R4, "--data", root / "val", "--num-samples", 12, "--batch-size", 5, "--json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["num_images"] == 12 and report["method"] == "tome" and report["r"] == 4
@@ -88,7 +88,8 @@ def test_dataset_root_instead_of_split_gets_a_hint(tmp_path, digits_tree, monkey
 
 
 @pytest.mark.parametrize(
-    "option,value,match", [("--limit", 0, "--limit 0: must be an int >= 1"), ("--batch-size", 0, "--batch-size 0: must be an int >= 1")]
+    "option,value,match",
+    [("--num-samples", 0, "--num-samples 0: must be an int >= 1"), ("--batch-size", 0, "--batch-size 0: must be an int >= 1")],
 )
 def test_bad_numbers(tmp_path, digits_tree, option, value, match):
     root, _ = digits_tree

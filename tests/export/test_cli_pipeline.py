@@ -87,7 +87,7 @@ def test_validate_passes_on_64_images(deit_s):
 @pytest.mark.slow  # slow tier since issue 55: the quick check reaches every line it covers through other tests
 def test_validate_fails_with_exit_1_when_tolerance_is_impossible(deit_s):
     out, _ = deit_s
-    result = invoke("validate", out, "--json", "--atol", "0", "--rtol", "0", "--num-images", "8")
+    result = invoke("validate", out, "--json", "--atol", "0", "--rtol", "0", "--num-samples", "8")
     assert result.exit_code == 1
     assert json.loads(result.stdout)["passed"] is False
 

@@ -40,7 +40,7 @@ def test_an_export_past_the_limit_keeps_its_weights_beside_it_and_every_backend_
     for backend in ("ort", "openvino"):  # each inlines or reads the graph through a temporary external-data copy
         got = next(iter(get_backend(backend).load(artifact, [8]).run(x).values()))
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-    report, _ = run_validation(out, "ort", num_images=8, batch_size=8)  # the graph with probe outputs, too
+    report, _ = run_validation(out, "ort", num_samples=8, batch_size=8)  # the graph with probe outputs, too
     assert report.passed, report.to_dict()
     baseline = baseline_onnx(artifact)  # profile's unmerged baseline, cached with its own data file
     assert (baseline.parent / f"{baseline.name}.data").is_file()
@@ -80,5 +80,5 @@ def test_a_real_vit_h_past_two_gib_exports_and_runs(tmp_path):
         want = build_reference(cfg)(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
     for backend in ("ort", "openvino"):  # probes and inlining work on the graph without its weights: protobuf's limit
-        report, _ = run_validation(tmp_path / "h", backend, num_images=2, batch_size=1)
+        report, _ = run_validation(tmp_path / "h", backend, num_samples=2, batch_size=1)
         assert report.passed, (backend, report.to_dict())

@@ -63,7 +63,7 @@ def export_and_validate(out: Path, manifest: dict):
     """The graph keeps the deploytk ops, and `validate` on 16 images passes as ``check_report`` asks."""
     # random weights tie often (of 16 images DeiT-T MCTF r=8 has 2 proven flips): the default bound, a share of the
     # matching decisions, takes them (it once took --max-branch-flips 0.25: 12.5% of the images, over the 10% image cap)
-    result = runner.invoke(app, ["validate", str(out), "--num-images", "16", "--json"])
+    result = runner.invoke(app, ["validate", str(out), "--num-samples", "16", "--json"])
     (report,) = json.loads(result.stdout)["reports"]  # --json: passed, backends, one report per backend
     check_report(out, manifest, report, result.exit_code, result.output)
     return manifest
@@ -136,7 +136,7 @@ def test_every_config_passes_validate_with_default_settings(config, exported, tm
             assert refused.exit_code == 2 and "bf16 graph" in refused.output, refused.output
         else:
             backends.append("openvino")
-    images = ["--num-images", "16"] if config.stem.startswith(FEWER_IMAGES) else []
+    images = ["--num-samples", "16"] if config.stem.startswith(FEWER_IMAGES) else []
     result = runner.invoke(app, ["validate", str(out), "--backend", ",".join(backends), *images, "--json"])
     printed = json.loads(result.stdout)
     reports = printed["reports"]

@@ -102,7 +102,7 @@ def test_reduced_outputs_validate_with_default_settings(merge, export, models, t
     cfg = config_from_dict(entry | {"merge": merge, "export": {"img_size": 32, "batch_size": 2} | export})
     run_export(cfg, tmp_path / "a", fmt="onnx-inlined")
     for backend in BACKENDS:
-        report, _ = run_validation(tmp_path / "a", backend, num_images=8, batch_size=4)
+        report, _ = run_validation(tmp_path / "a", backend, num_samples=8, batch_size=4)
         assert report.passed, report.to_dict()
         assert report.output_kind == export["output"] and report.top1_agreement is None
 

@@ -214,7 +214,7 @@ def digit_images(digits_root):
 def test_eval_of_a_bf16_config_runs_ort_emulated_and_says_so(digits_root):
     from deploytk.evaluation.accuracy import evaluate
 
-    report = evaluate(digits_config("digits_vit_tome_r4_bf16"), digits_root / "val", batch_size=16, limit=32)
+    report = evaluate(digits_config("digits_vit_tome_r4_bf16"), digits_root / "val", batch_size=16, num_samples=32)
     assert report["precision"] == "bf16" and "emulated" in report["emulation"]
     assert report["num_images"] == 32 and report["agreement"] >= 0.95 and report["exported"]["top1"] > 0.8
 

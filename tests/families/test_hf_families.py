@@ -157,7 +157,7 @@ def export_and_validate(saved, tmp_path, name, method, options):
     out = tmp_path / f"{name}_{method}"
     run_export(config(saved[name], method, r=4, **options), out)
     for backend in ("ort", "openvino"):
-        report, _ = run_validation(out, backend, num_images=4, batch_size=2)
+        report, _ = run_validation(out, backend, num_samples=4, batch_size=2)
         assert report.passed, (backend, report.to_dict())
 
 

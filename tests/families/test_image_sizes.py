@@ -33,7 +33,7 @@ def test_a_rectangular_input_exports_and_validates(tmp_path):
     manifest = run_export(cfg, tmp_path / "a")
     assert manifest["model"]["img_size"] == [224, 320] and manifest["inputs"][0]["shape"] == ["batch", 3, 224, 320]
     for backend in ("ort", "openvino"):
-        report, _ = run_validation(tmp_path / "a", backend, num_images=4, batch_size=2)
+        report, _ = run_validation(tmp_path / "a", backend, num_samples=4, batch_size=2)
         assert report.passed, (backend, report.to_dict())
 
 

@@ -87,7 +87,7 @@ def check_variant(variant: Variant, out, fresh: FreshProcess) -> None:
     if schedule["capped"] and artifact.manifest["config"]["merge"]["r"] != schedule["effective_r"]:
         _fail(variant, f"the manifest's r {artifact.manifest['config']['merge']['r']} is not the r that runs {schedule['effective_r']}")
 
-    report = artifact.validate(BACKENDS, num_images=NUM_INPUTS, batch_size=2).to_dict()
+    report = artifact.validate(BACKENDS, num_samples=NUM_INPUTS, batch_size=2).to_dict()
     if not report["passed"]:
         _fail(variant, f"validate failed in the exporting process: {_failed_checks(report)}")
     answer = fresh.validate(artifact.directory, BACKENDS, NUM_INPUTS)

@@ -151,7 +151,7 @@ def test_crucial_mergence_exports_and_validates_by_default(checkpoint, tmp_path)
     assert manifest["schedule"]["tokens_per_layer"] == [65, 65, 65, 65, 46, 46, 46, 33, 33, 33, 24, 24]
     assert manifest["model"]["family"] == "multiscale-vit"
     for backend in ("ort", "openvino"):
-        report, _ = run_validation(tmp_path / "c", backend, num_images=4, batch_size=2)
+        report, _ = run_validation(tmp_path / "c", backend, num_samples=4, batch_size=2)
         assert report.passed, (backend, report.to_dict())
 
 

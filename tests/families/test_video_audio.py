@@ -108,7 +108,7 @@ def test_tome_validates_with_default_tolerances_on_both_runtimes(name, method, o
     manifest = run_export(config(saved[name], method, r=4, **options), out)
     assert manifest["schedule"]["tokens_out"] < manifest["schedule"]["tokens_per_layer"][0]
     for backend in ("ort", "openvino"):
-        report, _ = run_validation(out, backend, num_images=4, batch_size=2)
+        report, _ = run_validation(out, backend, num_samples=4, batch_size=2)
         assert report.passed, (backend, report.to_dict())
 
 
@@ -129,7 +129,7 @@ def test_tome_validates_on_the_libraries_own_initialisation(name, tmp_path):
     model.save_pretrained(tmp_path / "model")
     manifest = run_export(config(tmp_path / "model", "tome", r=4), tmp_path / "a")
     assert manifest["schedule"]["tokens_out"] < manifest["schedule"]["tokens_per_layer"][0]
-    reports, _ = run_validations(tmp_path / "a", ["ort", "openvino"], num_images=8, batch_size=4)
+    reports, _ = run_validations(tmp_path / "a", ["ort", "openvino"], num_samples=8, batch_size=4)
     assert all(r.passed for r in reports), [(r.backend, r.cosine_similarity_min, r.checks) for r in reports]
 
 
@@ -141,7 +141,7 @@ def test_methods_without_a_class_token_validate_on_videomae(method, options, sav
     out = tmp_path / method
     run_export(config(saved["VideoMAEForVideoClassification"], method, r=4, **options), out)
     for backend in ("ort", "openvino"):
-        report, _ = run_validation(out, backend, num_images=4, batch_size=2)
+        report, _ = run_validation(out, backend, num_samples=4, batch_size=2)
         assert report.passed, (backend, report.to_dict())
 
 
@@ -173,7 +173,7 @@ def test_videomae_patch_features_cover_every_tubelet_and_validate(saved, tmp_pat
     runner = get_backend("ort").load(Artifact.open(out), [2])
     (features,) = runner.run(inputs("VideoMAEModel").numpy()).values()
     assert features.shape == (2, 2 * 4 * 4, 64)
-    report, _ = run_validation(out, "ort", num_images=4, batch_size=2)
+    report, _ = run_validation(out, "ort", num_samples=4, batch_size=2)
     assert report.passed, report.to_dict()
 
 
@@ -259,7 +259,7 @@ def test_clips_and_sounds_made_here_validate_on_both_runtimes(name, data, saved,
     out = tmp_path / "artifact"
     run_export(config(saved[name], "tome", r=4), out)
     for backend in ("ort", "openvino"):
-        report, _ = run_validation(out, backend, images=folder, num_images=4, batch_size=2)
+        report, _ = run_validation(out, backend, data=folder, num_samples=4, batch_size=2)
         assert report.passed and report.num_images == 4, (backend, report.to_dict())
 
 
@@ -282,9 +282,9 @@ def test_a_corrupt_file_is_refused_by_name_and_nothing_is_written(name, kind, su
     run_export(config(saved[name], "tome", r=4), out)
     before = snapshot(tmp_path)
     with pytest.raises(DeploytkError, match=rf"{noun} {data / f'broken{suffix}'} could not be decoded"):
-        run_validation(out, "ort", images=data, num_images=8, batch_size=2)
+        run_validation(out, "ort", data=data, num_samples=8, batch_size=2)
     with pytest.raises(DeploytkError, match=rf"{noun} .*broken{suffix} could not be decoded"):
-        run_quantize(out, "ort", data=data, num_images=8, output=tmp_path / "int8")
+        run_quantize(out, "ort", data=data, num_samples=8, output=tmp_path / "int8")
     assert snapshot(tmp_path) == before
 
 
@@ -295,7 +295,7 @@ def test_a_folder_without_clips_is_refused_naming_what_it_looked_for(saved, tmp_
     (tmp_path / "stills").mkdir()
     (tmp_path / "stills" / "a.png").write_bytes(b"")
     with pytest.raises(DeploytkError, match=r"clip folder .*stills holds no clips \(.avi, .mkv, .mov, .mp4, .webm\)"):
-        run_validation(out, "ort", images=tmp_path / "stills", num_images=4)
+        run_validation(out, "ort", data=tmp_path / "stills", num_samples=4)
 
 
 def test_visualize_refuses_a_kind_it_does_not_draw_by_name(saved, tmp_path, monkeypatch):

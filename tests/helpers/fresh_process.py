@@ -20,7 +20,7 @@ import deploytk
 for line in sys.stdin:
     request = json.loads(line)
     try:
-        report = deploytk.load(request["artifact"]).validate(request["backends"], num_images=request["num_images"], batch_size=2)
+        report = deploytk.load(request["artifact"]).validate(request["backends"], num_samples=request["num_images"], batch_size=2)
         answer = {{"passed": report.passed, "report": report.to_dict()}}
     except Exception as err:
         answer = {{"error": f"{{type(err).__name__}}: {{err}}", "traceback": traceback.format_exc()}}

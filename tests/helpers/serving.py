@@ -15,7 +15,7 @@ from serving.tritonserver import ServeEnvironment, TritonServer
 #: [batch, frames, 3, H, W], ast: an audio model's input_values [batch, time, mel], through the same server
 SERVED = {
     "digits": ("digits", []),
-    "digits_ov": ("digits", ["--runtime", "openvino"]),
+    "digits_ov": ("digits", ["--backend", "openvino"]),
     "deit_s": ("deit", []),
     "videomae": ("videomae", []),
     "ast": ("ast", []),

@@ -204,7 +204,7 @@ def test_bad_layers_and_models():
 
 def test_calibration_bad_input():
     cfg = load_config(ROOT / "export_configs" / "deit_tiny_atm.yaml")
-    with pytest.raises(DeploytkError, match="calibration needs images"):
+    with pytest.raises(DeploytkError, match="calibration needs inputs"):
         calibrate(cfg, [], 0.5, "none")
     with pytest.raises(DeploytkError, match=r"calibration is for the methods whose r depends on the data \(atm\); this config uses 'mctf'"):
         calibrate(load_config(ROOT / "export_configs" / "deit_tiny_mctf_r8.yaml"), [np.zeros((1, 3, 224, 224), np.float32)], 0.5, "x")
@@ -232,7 +232,7 @@ def test_calibrate_cli_without_images_fails_cleanly_and_writes_nothing(tmp_path)
     out = tmp_path / "calibrated.yaml"
     result = CliRunner().invoke(app, ["calibrate", str(ROOT / "export_configs" / "deit_tiny_atm.yaml"), "--output", str(out)])
     assert result.exit_code == 2
-    assert "calibration needs images: pass exactly one of --images DIR or --synthetic N" in result.output
+    assert "calibration needs inputs: pass exactly one of --data DIR or --synthetic N" in result.output
     result = CliRunner().invoke(
         app, ["calibrate", str(ROOT / "export_configs" / "deit_tiny_mctf_r8.yaml"), "--synthetic", "2", "--output", str(out)]
     )

@@ -209,4 +209,4 @@ def test_a_model_that_pools_nothing_is_refused_at_export_unless_a_dense_output_i
         torch.testing.assert_close(deploytk.patch(vit, "tome", r=0)(images(vit)), vit.eval()(images(vit)), rtol=1e-5, atol=1e-5)
     artifact = deploytk.export(vit, tmp_path / "tokens", method="tome", r=2, output_kind="tokens")
     assert artifact.manifest["outputs"][0]["shape"] == ["batch", 12, 32]  # 16 patches + class token, 4 merged, prefix left out
-    assert artifact.validate(["ort"], num_images=4, batch_size=2).passed
+    assert artifact.validate(["ort"], num_samples=4, batch_size=2).passed

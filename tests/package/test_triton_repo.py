@@ -204,7 +204,7 @@ def test_a_video_or_audio_model_is_packaged_with_its_own_input_dims_and_request(
 
 
 def test_a_video_models_ir_is_validated_on_clips_and_a_folder_without_clips_is_refused(exported, tmp_path):
-    """`runtime=openvino` with `images=`: a video model's IR is judged on the folder's clips (the report counts clips),
+    """`backend=openvino` with `data=`: a video model's IR is judged on the folder's clips (the report counts clips),
     and a folder of images for it is refused by what it lacks, before anything is written."""
     from helpers.media import write_clip  # PyAV, the [media] extra
 
@@ -213,12 +213,12 @@ def test_a_video_models_ir_is_validated_on_clips_and_a_folder_without_clips_is_r
     for i in range(3):
         write_clip(clips / f"clip{i}.mp4", count=6 + i)
     (pictures / "frame.png").write_bytes(b"")  # an image, not a clip
-    refused = invoke(directory, "--triton", tmp_path / "refused", "--runtime", "openvino", "--images", pictures)
+    refused = invoke(directory, "--triton", tmp_path / "refused", "--backend", "openvino", "--data", pictures)
     assert refused.exit_code == 2 and f"clip folder {pictures} holds no clips (.avi, .mkv, .mov, .mp4, .webm)" in " ".join(
         refused.output.split()
     )
     assert not (tmp_path / "refused").exists()
-    result = invoke(directory, "--triton", tmp_path / "repo", "--name", "videomae_ov", "--runtime", "openvino", "--images", clips)
+    result = invoke(directory, "--triton", tmp_path / "repo", "--name", "videomae_ov", "--backend", "openvino", "--data", clips)
     assert result.exit_code == 0, result.output
     assert "(3 clips, max |diff|" in " ".join(result.output.split())
     config = parse_config(tmp_path / "repo" / "videomae_ov")
@@ -293,9 +293,13 @@ BAD = {
     ),
     "max batch below 1": (lambda art: None, ["--max-batch", "0"], "--max-batch 0: must be an int >= 1"),
     "unusable name": (lambda art: None, ["--name", "../up"], "is not a usable Triton model name"),
-    "unknown runtime": (lambda art: None, ["--runtime", "tensorflow"], "--runtime 'tensorflow': Triton backends deploytk packages for are"),
-    "tensorrt without an engine": (lambda art: None, ["--runtime", "tensorrt"], "--runtime tensorrt: "),
-    "images without openvino": (lambda art: None, ["--images", "."], "--images is for --runtime openvino"),
+    "unknown runtime": (
+        lambda art: None,
+        ["--backend", "tensorflow"],
+        "--backend 'tensorflow': the runtimes deploytk packages for Triton are",
+    ),
+    "tensorrt without an engine": (lambda art: None, ["--backend", "trt"], "--backend trt: "),
+    "images without openvino": (lambda art: None, ["--data", "."], "--data is for --backend openvino"),
 }
 
 
@@ -339,7 +343,7 @@ def test_an_earlier_model_is_replaced_only_with_force_and_a_user_s_folder_never(
 
 def test_openvino_repository_is_an_ir_with_stable_topk_validated_before_it_is_written(artifact, tmp_path):
     repo = tmp_path / "repo"
-    result = invoke(artifact, "--triton", repo, "--name", "digits_ov", "--runtime", "openvino", "--json")
+    result = invoke(artifact, "--triton", repo, "--name", "digits_ov", "--backend", "openvino", "--json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     model_dir = repo / "digits_ov"
@@ -401,7 +405,7 @@ def test_an_ir_that_fails_validation_is_refused_and_nothing_is_written(artifact,
         _damaged_write_ir(monkeypatch, _scrambled)
         message = "could not be validated against the PyTorch reference"
     repo = tmp_path / "repo"
-    result = invoke(artifact, "--triton", repo, "--name", "digits_ov", "--runtime", "openvino")
+    result = invoke(artifact, "--triton", repo, "--name", "digits_ov", "--backend", "openvino")
     assert result.exit_code == 2, result.output
     text = " ".join(result.output.split())
     assert "the OpenVINO IR of" in text and message in text and "nothing was written" in text and "Traceback" not in text
@@ -411,14 +415,14 @@ def test_an_ir_that_fails_validation_is_refused_and_nothing_is_written(artifact,
 def test_runtime_onnxruntime_packages_the_onnx_even_beside_an_engine(artifact, tmp_path):
     write_engine(artifact)
     repo = tmp_path / "repo"
-    assert invoke(artifact, "--triton", repo, "--name", "digits", "--runtime", "onnxruntime").exit_code == 0
+    assert invoke(artifact, "--triton", repo, "--name", "digits", "--backend", "ort").exit_code == 0
     assert files_under(repo / "digits") == ["1", "1/model.onnx", "README.md", "config.pbtxt"]
     assert parse_config(repo / "digits").backend == "onnxruntime"
 
 
 def test_openvino_refuses_a_bf16_export_with_the_reason_and_writes_nothing(exported, tmp_path):
     bf16 = exported("digits_vit_tome_r4_bf16")
-    result = invoke(bf16, "--triton", tmp_path / "repo", "--runtime", "openvino")
+    result = invoke(bf16, "--triton", tmp_path / "repo", "--backend", "openvino")
     assert result.exit_code == 2, result.output
     assert "is a bf16 graph, which OpenVINO's CPU plugin cannot run as the graph says" in " ".join(result.output.split())
     assert not (tmp_path / "repo").exists()

@@ -36,13 +36,13 @@ def digits(tmp_path_factory, exported):
 
 @pytest.fixture(scope="module")
 def ort_int8(digits):
-    run_quantize(digits / "tome", "ort", data=digits / "digits" / "train", num_images=64, output=digits / "tome-ort")
+    run_quantize(digits / "tome", "ort", data=digits / "digits" / "train", num_samples=64, output=digits / "tome-ort")
     return digits / "tome-ort"
 
 
 @pytest.fixture(scope="module")
 def trt_int8(digits):
-    run_quantize(digits / "tome", "trt", data=digits / "digits" / "train", num_images=64, output=digits / "tome-trt")
+    run_quantize(digits / "tome", "trt", data=digits / "digits" / "train", num_samples=64, output=digits / "tome-trt")
     return digits / "tome-trt"
 
 
@@ -161,7 +161,7 @@ def test_a_choice_that_is_not_the_ops_own_is_caught(digits, ort_int8):
 def test_openvino_int8_validates_and_profiles_against_dense_int8(digits):
     pytest.importorskip("nncf")
     out = digits / "tome-ov"
-    run_quantize(digits / "tome", "openvino", data=digits / "digits" / "train", num_images=32, output=out)
+    run_quantize(digits / "tome", "openvino", data=digits / "digits" / "train", num_samples=32, output=out)
     assert {p.name for p in out.iterdir()} >= {"model.xml", "model.bin", "model.onnx", "manifest.json"}
     report = validate(out, "openvino", val_batches(digits, 64), Tolerances.for_precision("int8"))
     assert report.passed, report.checks
@@ -179,10 +179,10 @@ def test_openvino_int8_validates_and_profiles_against_dense_int8(digits):
     with pytest.raises(DeploytkError, match=r"quantized for openvino .* package \(Triton's onnxruntime backend\) does not run"):
         package_triton(out, repo)
     assert not repo.exists()
-    with pytest.raises(DeploytkError, match=r"fails validation .* judged on images like its calibration data: pass `images=`"):
-        package_triton(out, repo, name="digits_int8", runtime="openvino")  # synthetic noise is not what it was calibrated for
+    with pytest.raises(DeploytkError, match=r"fails validation .* judged on inputs like its calibration data: pass `data=`"):
+        package_triton(out, repo, name="digits_int8", backend="openvino")  # synthetic noise is not what it was calibrated for
     assert not repo.exists()
-    report = package_triton(out, repo, name="digits_int8", runtime="openvino", images=digits / "digits" / "val")
+    report = package_triton(out, repo, name="digits_int8", backend="openvino", data=digits / "digits" / "val")
     assert report["files"] == ["config.pbtxt", "1/model.xml", "1/model.bin", "README.md"]
     assert report["validation"]["passed"] and report["validation"]["stable_topk"] > 0
     readme = (repo / "digits_int8" / "README.md").read_text()
@@ -194,8 +194,12 @@ def test_the_ort_int8_artifact_is_refused_by_openvino_and_tensorrt_builds(ort_in
         validate(ort_int8, "openvino", None, Tolerances.for_precision("int8"))
     from deploytk.package import package_triton
 
-    with pytest.raises(DeploytkError, match=r"for ort .* package with `runtime=openvino` \(Triton's openvino backend\) does not run"):
-        package_triton(ort_int8, tmp_path / "repo", runtime="openvino")
+    with pytest.raises(
+        DeploytkError,
+        match=r"for ort \(`deploytk quantize` with `backend=ort`\); package with `backend=openvino` \(Triton's openvino backend\) "
+        r"does not run",
+    ):
+        package_triton(ort_int8, tmp_path / "repo", backend="openvino")
     assert not (tmp_path / "repo").exists()
     from deploytk.build.builder import build_engine
     from deploytk.build.options import build_options
@@ -215,7 +219,7 @@ def test_the_ort_int8_artifact_is_refused_by_openvino_and_tensorrt_builds(ort_in
         ("corrupt image", r"image .*broken\.png could not be read"),
         ("already quantized", r"is already quantized \(int8 for ort, from "),
         ("bf16", r"is a bf16 graph; INT8 calibration starts from the fp32 graph"),
-        ("runtime", r"`runtime='tensorrt'` is not one of openvino, ort, trt"),
+        ("runtime", r"`backend='tensorrt'` is not one of openvino, ort, trt"),
     ],
 )
 def test_bad_input_is_refused_and_writes_nothing(digits, ort_int8, tmp_path, case, match):
@@ -257,7 +261,7 @@ def test_openvino_with_the_similarity_quantized_fails_though_cosine_and_top1_pas
     pass the int8 defaults), and only the choice checks see that merges are decided on int8 values."""
     pytest.importorskip("nncf")
     out = digits / "tome-ov-broken"
-    run_quantize(digits / "tome", "openvino", data=digits / "digits" / "train", num_images=32, output=out, keep_choices_fp32=False)
+    run_quantize(digits / "tome", "openvino", data=digits / "digits" / "train", num_samples=32, output=out, keep_choices_fp32=False)
     report = validate(out, "openvino", val_batches(digits, 64), Tolerances.for_precision("int8"))
     assert not report.passed
     assert report.checks["int8: no matching op or input of one is quantized"] is False
@@ -272,7 +276,7 @@ def test_cli_quantize_json_is_one_object_and_errors_exit_2(digits, tmp_path):
 
     runner = CliRunner()
     out = tmp_path / "cli-int8"
-    result = runner.invoke(app, ["quantize", str(digits / "tome"), "--runtime", "trt", "--synthetic", "8", "--output", str(out), "--json"])
+    result = runner.invoke(app, ["quantize", str(digits / "tome"), "--backend", "trt", "--synthetic", "8", "--output", str(out), "--json"])
     assert result.exit_code == 0, result.output
     manifest = json.loads(result.stdout)  # nothing else on stdout: the new artifact, {"directory": DIR, **manifest} as export's
     assert manifest == {"directory": str(out), **json.loads((out / "manifest.json").read_text())}
@@ -284,7 +288,7 @@ def test_cli_quantize_json_is_one_object_and_errors_exit_2(digits, tmp_path):
         "distribution": "standard normal",
         "sha256": None,
     }
-    result = runner.invoke(app, ["quantize", str(digits / "tome"), "--runtime", "trt", "--output", str(tmp_path / "none")])
+    result = runner.invoke(app, ["quantize", str(digits / "tome"), "--backend", "trt", "--output", str(tmp_path / "none")])
     assert result.exit_code == 2 and "needs calibration data" in result.stderr
     assert not (tmp_path / "none").exists()
 
@@ -295,6 +299,6 @@ def test_openvino_refuses_a_graph_with_loops_naming_the_op(exported, tmp_path):
     pytest.importorskip("nncf")
     source = exported.copy("digits_vit_kmedoids_k70", tmp_path / "kmedoids")
     before = snapshot(source)
-    with pytest.raises(DeploytkError, match=r"Loop ops \(KMedoidsSelect\).*`runtime=ort`"):
+    with pytest.raises(DeploytkError, match=r"Loop ops \(KMedoidsSelect\).*`backend=ort`"):
         run_quantize(source, "openvino", synthetic=4, output=tmp_path / "out")
     assert not (tmp_path / "out").exists() and snapshot(source) == before

@@ -48,11 +48,11 @@ def test_validate_compares_embeddings_without_top1(dinov2, backend):
     if backend == "openvino":
         pytest.importorskip("openvino", reason="the openvino extra is not installed")
     art, _ = dinov2
-    result = runner.invoke(app, ["validate", str(art), "--backend", backend, "--num-images", "8", "--batch-size", "4", "--json"])
+    result = runner.invoke(app, ["validate", str(art), "--backend", backend, "--num-samples", "8", "--batch-size", "4", "--json"])
     (report,) = json.loads(result.stdout)["reports"]
     assert result.exit_code == 0 and report["passed"], result.output
     assert report["output_kind"] == "embedding" and report["top1_agreement"] is None
     assert not any(check.startswith("top1") for check in report["checks"])
     assert report["cosine_similarity_min"] > 0.99999 and report["max_abs_diff"] < 1e-4
-    text = runner.invoke(app, ["validate", str(art), "--backend", backend, "--num-images", "4", "--batch-size", "4"]).output
+    text = runner.invoke(app, ["validate", str(art), "--backend", backend, "--num-samples", "4", "--batch-size", "4"]).output
     assert "n/a (embedding output" in text and "embedding diff" in text

@@ -84,7 +84,7 @@ def fp16_mctf(exported):
 def test_a_validation_passing_with_proven_flips_reports_its_share_and_prints_no_failed_line(fp16_mctf, capfd):
     """Polygraphy's comparator prints ``[E] FAILED ... Pass Rate`` for the flipped images, which deploytk's report, judging
     the same comparison, passes: from the Python API none of its lines reach stdout or stderr."""
-    report = deploytk.load(fp16_mctf).validate(num_images=IMAGES)
+    report = deploytk.load(fp16_mctf).validate(num_samples=IMAGES)
     printed = capfd.readouterr()
     each = report.reports[0]
     assert report.passed, each["checks"]
@@ -111,7 +111,7 @@ def test_the_comparator_s_lines_come_back_where_its_logger_is_enabled(fp16_mctf,
     level = COMPARATOR_LOG.level
     COMPARATOR_LOG.setLevel(logging.DEBUG)
     try:
-        deploytk.load(fp16_mctf).validate(num_images=IMAGES)
+        deploytk.load(fp16_mctf).validate(num_samples=IMAGES)
     finally:
         COMPARATOR_LOG.setLevel(level)
     assert "FAILED" in capfd.readouterr().err
@@ -119,10 +119,10 @@ def test_the_comparator_s_lines_come_back_where_its_logger_is_enabled(fp16_mctf,
 
 def test_the_summary_names_the_failed_check(fp16_mctf):
     """The Python summary and the CLI's verdict say which check failed, not only the metrics."""
-    report = deploytk.load(fp16_mctf).validate(num_images=IMAGES, max_flipped_choices=0.0)
+    report = deploytk.load(fp16_mctf).validate(num_samples=IMAGES, max_flipped_choices=0.0)
     assert not report.passed and not report.reports[0]["checks"][FLIPS_CHECK]
     assert f"ort: FAILED [{FLIPS_CHECK}]" in repr(report)
-    result = runner.invoke(app, ["validate", str(fp16_mctf), "--num-images", str(IMAGES), "--max-flipped-choices", "0"])
+    result = runner.invoke(app, ["validate", str(fp16_mctf), "--num-samples", str(IMAGES), "--max-flipped-choices", "0"])
     assert result.exit_code == 1
     lines = " ".join(result.stdout.split())
     assert f"FAIL: {FLIPS_CHECK}" in lines and "flipped matching decisions" in lines
@@ -130,7 +130,7 @@ def test_the_summary_names_the_failed_check(fp16_mctf):
 
 def test_the_deprecated_image_share_is_judged_only_where_given_and_says_it_is_deprecated(fp16_mctf):
     with pytest.warns(DeploytkNotice, match="deprecated"):
-        report = deploytk.load(fp16_mctf).validate(num_images=IMAGES, max_branch_flips=0.0)
+        report = deploytk.load(fp16_mctf).validate(num_samples=IMAGES, max_branch_flips=0.0)
     each = report.reports[0]
     assert each["branch_flips"] and not each["checks"][IMAGE_FLIPS_CHECK] and each["checks"][FLIPS_CHECK]
     assert f"FAILED [{IMAGE_FLIPS_CHECK}]" in repr(report)
@@ -140,7 +140,7 @@ def test_the_deprecated_image_share_is_judged_only_where_given_and_says_it_is_de
 def test_the_cli_prints_the_deprecation_as_one_note_naming_flags(exported):
     art = exported("digits_vit_tome_r4")
     done = subprocess.run(
-        [str(Path(sys.executable).parent / "deploytk"), "validate", str(art), "--num-images", "2", "--max-branch-flips", "0.5"],
+        [str(Path(sys.executable).parent / "deploytk"), "validate", str(art), "--num-samples", "2", "--max-branch-flips", "0.5"],
         capture_output=True,
         text=True,
         timeout=300,
@@ -156,6 +156,6 @@ def test_the_cli_prints_the_deprecation_as_one_note_naming_flags(exported):
 def test_a_bound_outside_0_1_is_refused_naming_the_parameter_and_the_flag(name, exported):
     art = exported("digits_vit_tome_r4")
     with pytest.raises(DeploytkError, match=rf"`{name}=1.5` must be a fraction"):
-        run_validations(art, ["ort"], num_images=2, **{name: 1.5})
-    result = runner.invoke(app, ["validate", str(art), "--num-images", "2", f"--{name.replace('_', '-')}", "1.5"])
+        run_validations(art, ["ort"], num_samples=2, **{name: 1.5})
+    result = runner.invoke(app, ["validate", str(art), "--num-samples", "2", f"--{name.replace('_', '-')}", "1.5"])
     assert result.exit_code == 2 and f"--{name.replace('_', '-')} 1.5" in " ".join(result.output.split())
