@@ -380,8 +380,12 @@ def portable(data: dict, destination: Path) -> dict:
     return data
 
 
+#: a command-line override -> the export setting it lands in (``export.<name>``)
+EXPORT_OVERRIDES = {"precision": "precision", "output_kind": "output", "img_size": "img_size", "feature_layer": "feature_layer"}
+
+
 def apply_overrides(cfg: DeployConfig, **overrides) -> DeployConfig:
-    """Apply CLI overrides (model, method, r, checkpoint, precision) and re-validate."""
+    """Apply CLI overrides (model, method, r, checkpoint, precision, output_kind, img_size, feature_layer) and re-validate."""
     data = cfg.model_dump(exclude_unset=True)  # unset stays unset (keep-rate methods reject an explicit r)
     for key, value in overrides.items():
         if value is None:
@@ -390,11 +394,24 @@ def apply_overrides(cfg: DeployConfig, **overrides) -> DeployConfig:
             data.setdefault("merge", {})[key] = value
         elif key == "model":
             data[key] = absolute_hf_folder(value)
-        elif key == "precision":
-            data.setdefault("export", {})[key] = value
+        elif key in EXPORT_OVERRIDES:
+            data.setdefault("export", {})[EXPORT_OVERRIDES[key]] = parse_img_size(value) if key == "img_size" else value
         else:
             data[key] = value
     return config_from_dict(data, "(after command-line overrides)")
+
+
+def parse_img_size(value):
+    """`img_size` as the command line gives it: '224' (square) or '224,320' (H,W); anything else as it is."""
+    if not isinstance(value, str):
+        return value
+    try:
+        sides = [int(v) for v in value.split(",")]
+    except ValueError:
+        raise DeploytkError(f"`img_size={value!r}` is not an image size; allowed: one int (224) or H,W (224,320).") from None
+    if len(sides) not in (1, 2):
+        raise DeploytkError(f"`img_size={value!r}` has {len(sides)} sides; allowed: one int (224) or H,W (224,320).")
+    return sides[0] if len(sides) == 1 else sides
 
 
 def parse_r_option(text: str):

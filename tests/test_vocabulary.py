@@ -111,3 +111,25 @@ def test_the_cli_reference_prints_the_table():
     assert "## Vocabulary" in page
     for name in ("num_samples", "data", "backend", "batch_sizes"):
         assert f"| `{flag(name)}` |" in page, name
+
+
+#: the config overrides (deploytk.vocabulary): each command that builds a model from CONFIG takes all of them (inspect
+#: no checkpoint: it counts with random weights)
+OVERRIDES = {"model", "method", "r", "precision", "output_kind", "img_size", "feature_layer", "checkpoint"}
+
+
+@pytest.mark.parametrize("command", ["export", "inspect", "eval", "visualize"])
+def test_every_command_that_builds_from_a_config_takes_every_override(command):
+    wanted = OVERRIDES - {"checkpoint"} if command == "inspect" else OVERRIDES
+    assert wanted <= {p.name for p in commands()[command].params}
+
+
+def test_the_overrides_reach_the_config():
+    """--img-size (one side or H,W), --r and --output-kind land where the API's keywords do."""
+    cli = runner.invoke(app, ["inspect", "digits_vit_tome_r4", "--img-size", "48,32", "--r", "2", "--output-kind", "embedding", "--json"])
+    assert cli.exit_code == 0, cli.output
+    printed = json.loads(cli.stdout)
+    assert printed == deploytk.inspect("digits_vit_tome_r4", img_size=(48, 32), r=2, output_kind="embedding").to_dict()
+    assert printed["input"]["shape"] == ["batch", 3, 48, 32] and printed["r"] == 2 and printed["output"]["kind"] == "embedding"
+    bad = runner.invoke(app, ["inspect", "digits_vit_tome_r4", "--img-size", "48,32,3"])
+    assert bad.exit_code == 2 and "--img-size '48,32,3' has 3 sides" in bad.output

@@ -105,6 +105,33 @@ def main_options(
 CONFIG_HELP = f"Export config: a YAML file, or a ready-made config's name (deploytk configs) [default: {ready_made.DEFAULT_NAME}]."
 
 
+# The config overrides every command that reads a config takes (deploytk.vocabulary): one declaration each, shared.
+MODEL = typer.Option(None, "--model", help="Override `model`: a timm ViT name or hf:<folder or Hub id>.")
+METHOD = typer.Option(None, "--method", help="Override `merge.method` (deploytk methods).")
+R = typer.Option(None, "--r", help="Override `merge.r`: 16 | 8,8,4,... (one per block) | 16:-1 (r:inflection).")
+PRECISION = typer.Option(None, "--precision", help="Override `export.precision`: fp32 | fp16 | bf16 (precision lives in the graph).")
+OUTPUT_KIND = typer.Option(None, "--output-kind", help="Override `export.output`: logits | embedding | patch_features | tokens.")
+IMG_SIZE = typer.Option(None, "--img-size", help="Override `export.img_size`: 224 (square) or H,W.")
+FEATURE_LAYER = typer.Option(
+    None, "--feature-layer", help="Override `export.feature_layer` (patch_features / tokens): a hidden_states index, -2 the penultimate."
+)
+CHECKPOINT = typer.Option(None, "--checkpoint", help="Override `checkpoint`: a .safetensors / .pth state_dict (or a JAX .npz).")
+
+
+def config_overrides(checkpoint, model, method, r, precision, output_kind, img_size, feature_layer) -> dict:
+    """The config overrides a command was given, as ``load_config_with_overrides`` takes them (None: not given)."""
+    return {
+        "checkpoint": str(checkpoint) if checkpoint else None,
+        "model": model,
+        "method": method,
+        "r": r,
+        "precision": precision,
+        "output_kind": output_kind,
+        "img_size": img_size,
+        "feature_layer": feature_layer,
+    }
+
+
 def given_default_config() -> Path:
     """No CONFIG argument: the default, said on stderr so nobody mistakes it for their own config."""
     from deploytk.config import default_config
@@ -192,12 +219,15 @@ def _reported(fn, args, kwargs):
 @handle_errors
 def export(
     config: Path | None = typer.Argument(None, help=CONFIG_HELP, show_default=False),
-    checkpoint: Path | None = typer.Option(None, help=".safetensors or .pth state_dict to load."),
+    checkpoint: Path | None = CHECKPOINT,
     output: Path | None = typer.Option(None, help="Artifact directory (default artifacts/<config stem>/)."),
-    model: str | None = typer.Option(None, help="Override `model` (a timm ViT name)."),
-    method: str | None = typer.Option(None, help="Override `merge.method`."),
-    r: str | None = typer.Option(None, "--r", help="Override `merge.r`: 16 | 8,8,4,... (one per block) | 16:-1 (r:inflection)."),
-    precision: str | None = typer.Option(None, help="Override `export.precision`: fp32 | fp16 | bf16 (precision lives in the graph)."),
+    model: str | None = MODEL,
+    method: str | None = METHOD,
+    r: str | None = R,
+    precision: str | None = PRECISION,
+    output_kind: str | None = OUTPUT_KIND,
+    img_size: str | None = IMG_SIZE,
+    feature_layer: int | None = FEATURE_LAYER,
     fmt: str = typer.Option(
         "onnx",
         "--format",
@@ -217,7 +247,7 @@ def export(
     from deploytk.api import export as run_export
     from deploytk.config import load_config_with_overrides
 
-    overrides = {"checkpoint": str(checkpoint) if checkpoint else None, "model": model, "method": method, "r": r, "precision": precision}
+    overrides = config_overrides(checkpoint, model, method, r, precision, output_kind, img_size, feature_layer)
     config = config or given_default_config()
     import warnings
 
@@ -344,16 +374,21 @@ def profile(
 @handle_errors
 def inspect(
     config: Path | None = typer.Argument(None, help=CONFIG_HELP, show_default=False),
-    model: str | None = typer.Option(None, help="Override `model`."),
-    method: str | None = typer.Option(None, help="Override `merge.method`."),
-    r: str | None = typer.Option(None, "--r", help="Override `merge.r`."),
+    model: str | None = MODEL,
+    method: str | None = METHOD,
+    r: str | None = R,
+    precision: str | None = PRECISION,
+    output_kind: str | None = OUTPUT_KIND,
+    img_size: str | None = IMG_SIZE,
+    feature_layer: int | None = FEATURE_LAYER,
     json_out: bool = JSON,
 ):
     """Token schedule and GFLOPs (fvcore convention) per layer and in total; no weights needed."""
     from deploytk.api import inspect as run_inspect
     from deploytk.config import load_config_with_overrides
 
-    cfg = load_config_with_overrides(config or given_default_config(), model=model, method=method, r=r)
+    overrides = config_overrides(None, model, method, r, precision, output_kind, img_size, feature_layer)
+    cfg = load_config_with_overrides(config or given_default_config(), **overrides)
     with RichProgress() as progress:
         report = run_inspect(cfg, progress=progress)
     render.inspect(report.to_dict(), json_out)
@@ -382,7 +417,14 @@ def visualize(
     artifacts: Path | None = typer.Option(
         None, "--artifacts", help="With a runtime backend: CONFIG's export (default: export to a temp dir)."
     ),
-    checkpoint: Path | None = typer.Option(None, help="Override `checkpoint` (.safetensors or .pth state_dict)."),
+    checkpoint: Path | None = CHECKPOINT,
+    model: str | None = MODEL,
+    method: str | None = METHOD,
+    r: str | None = R,
+    precision: str | None = PRECISION,
+    output_kind: str | None = OUTPUT_KIND,
+    img_size: str | None = IMG_SIZE,
+    feature_layer: int | None = FEATURE_LAYER,
     colors: str = typer.Option("mean", help="mean: each token in the mean colour of its patches | random: a colour per token."),
     json_out: bool = JSON,
 ):
@@ -390,9 +432,13 @@ def visualize(
     from deploytk.api import visualize as run_visualize
     from deploytk.config import load_config_with_overrides
 
-    if config.is_dir() and checkpoint is not None:
-        raise DeploytkError(f"{config} is an export, whose weights were fixed when it was exported: `checkpoint=` cannot change them.")
-    model = config if config.is_dir() else load_config_with_overrides(config, checkpoint=str(checkpoint) if checkpoint else None)
+    overrides = config_overrides(checkpoint, model, method, r, precision, output_kind, img_size, feature_layer)
+    given = next((name for name, value in overrides.items() if value is not None), None)
+    if config.is_dir() and given is not None:
+        raise DeploytkError(
+            f"{config} is an export, whose model, weights and schedule were fixed when it was exported: `{given}=` cannot change them."
+        )
+    model = config if config.is_dir() else load_config_with_overrides(config, **overrides)
     with RichProgress(not json_out) as progress:
         report = run_visualize(
             model,
@@ -599,13 +645,23 @@ def eval_accuracy(
     batch_size: int = typer.Option(64, "--batch-size", help="Images per batch."),
     num_samples: int | None = typer.Option(None, help="Evaluate only N inputs (class-interleaved, deterministic)."),
     backend: str = typer.Option(defaults.DEFAULT_BACKEND, help="Runtime of the exported model: " + VALIDATING_BACKENDS),
+    checkpoint: Path | None = CHECKPOINT,
+    model: str | None = MODEL,
+    method: str | None = METHOD,
+    r: str | None = R,
+    precision: str | None = PRECISION,
+    output_kind: str | None = OUTPUT_KIND,
+    img_size: str | None = IMG_SIZE,
+    feature_layer: int | None = FEATURE_LAYER,
     json_out: bool = JSON,
 ):
     """Top-1/top-5 on an ImageFolder of the unmerged model, the merged reference and the exported model on a runtime, with GFLOPs."""
     from deploytk.api import evaluate
     from deploytk.config import load_config_with_overrides
 
-    cfg = load_config_with_overrides(config)
+    cfg = load_config_with_overrides(
+        config, **config_overrides(checkpoint, model, method, r, precision, output_kind, img_size, feature_layer)
+    )
     with RichProgress() as progress:
         report = evaluate(
             cfg,
