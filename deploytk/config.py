@@ -34,16 +34,6 @@ from deploytk.ready_made import find as find_ready_made
 from deploytk.reducers import get_method
 
 
-def default_config() -> Path:
-    """The ready-made config used without one, or a clear error where this install does not have it."""
-    if not DEFAULT_CONFIG.is_file():
-        raise DeploytkError(
-            f"no CONFIG was given and the default config {DEFAULT_CONFIG} is not part of this installation.",
-            hint="Pass a config YAML, e.g. `deploytk export my_config.yaml`, or reinstall deploytk.",
-        )
-    return DEFAULT_CONFIG
-
-
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

@@ -13,6 +13,8 @@ from typing import Any
 
 import yaml
 
+from deploytk.errors import DeploytkError
+
 _PACKAGE = Path(__file__).resolve().parent
 #: the folder of ready-made configs: the wheel's, else the source tree's (an editable install's)
 FOLDER = next((p for p in (_PACKAGE / "export_configs", _PACKAGE.parent / "export_configs") if p.is_dir()), _PACKAGE / "export_configs")
@@ -20,6 +22,16 @@ FOLDER = next((p for p in (_PACKAGE / "export_configs", _PACKAGE.parent / "expor
 DEFAULT_NAME = "deit_small_tome_r16"
 DEFAULT_CONFIG = FOLDER / f"{DEFAULT_NAME}.yaml"
 SUFFIX = ".yaml"
+
+
+def default_config() -> Path:
+    """The ready-made config used without one, or a clear error where this install does not have it."""
+    if not DEFAULT_CONFIG.is_file():
+        raise DeploytkError(
+            f"no CONFIG was given and the default config {DEFAULT_CONFIG} is not part of this installation.",
+            hint="Pass a config YAML, e.g. `deploytk export my_config.yaml`, or reinstall deploytk.",
+        )
+    return DEFAULT_CONFIG
 
 
 def find(name: str | Path) -> Path | None:

@@ -71,6 +71,7 @@ TERMS: dict[str, str] = {
     "inflections": "tune: the inflections tried (tome, mctf)",
     "quantile": "calibrate: the per-layer quantile of ATM's r",
     "layers": "visualize: the blocks drawn",
+    "schedules": "(Python) inspect: several r schedules in one run (the CLI gives r several times)",
     "colors": "visualize: how a token's patches are coloured",
     "merge_impl": "build: plugin or native merging ops",
     "attention_impl": "build: plugin or native attention",

@@ -5,7 +5,7 @@ The same summaries go into every export's manifest.
 
 from __future__ import annotations
 
-from deploytk.analysis.flops import count_flops
+from deploytk.analysis.flops import FlopReport, count_flops
 from deploytk.config import DeployConfig
 from deploytk.merging.merged_vit import MergedViT
 from deploytk.models import build_reference
@@ -46,9 +46,11 @@ def output_summary(model: MergedViT) -> dict:
     return summary
 
 
-def flops_summary(model: MergedViT) -> dict:
+def flops_summary(model: MergedViT, dense: FlopReport | None = None) -> dict:
+    """The manifest's FLOPs record; ``dense``: the unreduced model's count when already made (it does not depend on
+    the schedule)."""
     merged = count_flops(model)
-    dense = count_flops(MergedViT.dense(model.family, model.prop_attn, model.output))  # same weights, no reduction
+    dense = dense or dense_flops(model)
     return {
         "gflops": round(merged.total_gflops, 4),
         "gflops_per_layer": [round(v, 4) for v in merged.per_block_gflops],
@@ -61,13 +63,19 @@ def flops_summary(model: MergedViT) -> dict:
     }
 
 
-def inspect_config(cfg: DeployConfig, progress: Progress = SILENT) -> dict:
-    """Schedule and FLOPs of ``cfg`` with random weights (they do not change either)."""
+def dense_flops(model: MergedViT) -> FlopReport:
+    """The same weights without reduction, counted the same way."""
+    return count_flops(MergedViT.dense(model.family, model.prop_attn, model.output))
+
+
+def inspect_config(cfg: DeployConfig, progress: Progress = SILENT, dense: FlopReport | None = None) -> dict:
+    """Schedule and FLOPs of ``cfg`` with random weights (they do not change either); ``dense``: the unreduced model's
+    count when already made."""
     cfg = cfg.model_copy(update={"checkpoint": None, "pretrained": False})
     progress.step("building the model")
     model = build_reference(cfg)
     progress.step("counting FLOPs")
-    flops = flops_summary(model)
+    flops = flops_summary(model, dense)
     return {
         "model": cfg.model,
         "method": cfg.merge.method,
@@ -79,3 +87,16 @@ def inspect_config(cfg: DeployConfig, progress: Progress = SILENT) -> dict:
         **schedule_summary(model),
         **flops,
     }
+
+
+def inspect_schedules(configs: list[DeployConfig], progress: Progress = SILENT) -> list[dict]:
+    """``inspect_config`` of several schedules of one model: the unreduced model is counted once."""
+    answers: list[dict] = []
+    dense = None
+    for i, cfg in enumerate(configs):
+        progress.step(f"schedule {i + 1} of {len(configs)}")
+        if dense is None:
+            model = build_reference(cfg.model_copy(update={"checkpoint": None, "pretrained": False}))
+            dense = dense_flops(model)
+        answers.append(inspect_config(cfg, progress, dense))
+    return answers

@@ -209,9 +209,19 @@ def patch(
 
 
 def inspect(
-    model: ModelLike, *, method: str | None = None, r: Any = None, progress: Progress | None = None, **options: Any
+    model: ModelLike,
+    *,
+    method: str | None = None,
+    r: Any = None,
+    schedules: list[Any] | None = None,
+    progress: Progress | None = None,
+    **options: Any,
 ) -> InspectReport:
-    """Token schedule and GFLOPs (fvcore convention) per layer and in total; weights do not matter.
+    """Token schedule and GFLOPs (fvcore convention) per layer and in total; weights do not matter. An answer for a
+    config file or name is kept on disk (``deploytk.analysis.inspect_cache``): asking again takes a file read.
+
+    With ``schedules``, one answer per r (the unreduced model counted once), under ``report["schedules"]``: picking r
+    costs one run, ``deploytk.inspect("deit_small_tome_r16", schedules=[4, 8, 12, 16])``.
 
     Args:
         model: what to inspect: a ``torch.nn.Module``, a timm name, an ``hf:`` name or folder, a YAML config path, a
@@ -219,14 +229,37 @@ def inspect(
         method: the token-reduction method (``deploytk.methods()``). None: the config's, else tome.
         r: tokens merged per block: an int, one int per block, ``(r, inflection)`` or the CLI's text (``"16:-1"``).
             None: the config's (16 where the method takes r).
+        schedules: several r specs (each as ``r`` takes it) to inspect in one run instead of ``r``.
         progress: receives the steps as they run (the CLI's draws them). None: silent.
         **options: method options as keywords (``keep_rate=0.7``), checked by the method's schema.
     """
-    from deploytk.analysis.inspect import inspect_config
+    from deploytk.analysis import inspect_cache
+
+    if schedules is not None and r is not None:
+        raise DeploytkError("`r=` and `schedules=` both given; pass one r, or every r as `schedules=`.")
+    if schedules is not None and not schedules:
+        raise DeploytkError("`schedules=[]` names no schedule; pass at least one r.")
+    asked = {"method": method, "r": r, "schedules": schedules, **{f"options.{k}": v for k, v in options.items()}}
+    cache_key = inspect_cache.key(model, asked) if isinstance(model, (str, Path)) else None
+    answer = inspect_cache.read(cache_key)
+    if answer is None:
+        answer = _inspect(model, method, r, schedules, progress or SILENT, options)
+        inspect_cache.write(cache_key, answer)
+    return InspectReport(answer)
+
+
+def _inspect(
+    model: ModelLike, method: str | None, r: Any, schedules: list[Any] | None, progress: Progress, options: dict[str, Any]
+) -> dict[str, Any]:
+    from deploytk.analysis.inspect import inspect_config, inspect_schedules
     from deploytk.api.inputs import resolve
 
-    cfg, _ = resolve(model, "deploytk.inspect()", method=method, r=r, **options)
-    return InspectReport(inspect_config(cfg, progress or SILENT))
+    if schedules is None:
+        cfg, _ = resolve(model, "deploytk.inspect()", method=method, r=r, **options)
+        return inspect_config(cfg, progress)
+    configs = [resolve(model, "deploytk.inspect()", method=method, r=each, **options)[0] for each in schedules]
+    answers = inspect_schedules(configs, progress)
+    return {"model": answers[0]["model"], "method": answers[0]["method"], "schedules": answers}
 
 
 def _config_path(config: Any, where: str) -> Path:

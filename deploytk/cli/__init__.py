@@ -134,9 +134,7 @@ def config_overrides(checkpoint, model, method, r, precision, output_kind, img_s
 
 def given_default_config() -> Path:
     """No CONFIG argument: the default, said on stderr so nobody mistakes it for their own config."""
-    from deploytk.config import default_config
-
-    config = default_config()
+    config = ready_made.default_config()
     render.note(f"no CONFIG given: using the default {config}")
     return config
 
@@ -376,7 +374,12 @@ def inspect(
     config: Path | None = typer.Argument(None, help=CONFIG_HELP, show_default=False),
     model: str | None = MODEL,
     method: str | None = METHOD,
-    r: str | None = R,
+    r: list[str] | None = typer.Option(
+        None,
+        "--r",
+        help="Override `merge.r`: 16 | 8,8,4,... (one per block) | 16:-1 (r:inflection). Given several times (--r 4 --r 8 "
+        "--r 16): one row per schedule, the unmerged model counted once.",
+    ),
     precision: str | None = PRECISION,
     output_kind: str | None = OUTPUT_KIND,
     img_size: str | None = IMG_SIZE,
@@ -384,14 +387,23 @@ def inspect(
     json_out: bool = JSON,
 ):
     """Token schedule and GFLOPs (fvcore convention) per layer and in total; no weights needed."""
-    from deploytk.api import inspect as run_inspect
-    from deploytk.config import load_config_with_overrides
+    from deploytk.analysis import inspect_cache
 
-    overrides = config_overrides(None, model, method, r, precision, output_kind, img_size, feature_layer)
-    cfg = load_config_with_overrides(config or given_default_config(), **overrides)
-    with RichProgress() as progress:
-        report = run_inspect(cfg, progress=progress)
-    render.inspect(report.to_dict(), json_out)
+    one = r[0] if r and len(r) == 1 else None
+    overrides = config_overrides(None, model, method, one, precision, output_kind, img_size, feature_layer)
+    config = config or given_default_config()
+    cache_key = inspect_cache.key(config, {**overrides, "schedules": r if r and len(r) > 1 else None})
+    answer = inspect_cache.read(cache_key)  # asked before: no torch, no model
+    if answer is None:
+        from deploytk.api import inspect as run_inspect
+        from deploytk.config import load_config_with_overrides, parse_r_option
+
+        cfg = load_config_with_overrides(config, **overrides)
+        schedules = [parse_r_option(each) for each in r] if r and len(r) > 1 else None
+        with RichProgress() as progress:
+            answer = run_inspect(cfg, schedules=schedules, progress=progress).to_dict()
+        inspect_cache.write(cache_key, answer)
+    render.inspect(answer, json_out)
 
 
 @app.command()

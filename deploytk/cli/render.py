@@ -191,6 +191,8 @@ def _table(title: str, columns, **kwargs) -> Table:
 def _settings(r, options: dict) -> str:
     """What a schedule is set by: r for the r methods, the options for the keep-rate ones (which have no r)."""
     shown = {k: v for k, v in options.items() if k != "calibration"}
+    if isinstance(r, dict):  # (r, inflection), as the CLI writes it
+        r = f"{r['r']}:{r['inflection']:g}"
     return f"r={r}" if r is not None else ", ".join(f"{k}={v}" for k, v in shown.items())
 
 
@@ -421,6 +423,8 @@ def tune(report: dict, json_out: bool) -> None:
 def inspect(report: dict, json_out: bool) -> None:
     if json_out:
         return emit_json(report)
+    if "schedules" in report:
+        return schedules(report)
     table = _table(f"{report['model']}  {report['method']}  {_settings(report['r'], report['method_options'])}", ())
     for col in ("block", "tokens in", "r" if report["r"] is not None else "removed", "GFLOPs"):
         table.add_column(col, justify="right")
@@ -486,6 +490,25 @@ def families(report: dict, json_out: bool) -> None:
     for f in report["families"]:
         table.add_row(f["name"], f["model"], "\n".join(f["classes"]), "yes" if f["learned_reducers"] else "no")
     out_console.print(table)
+
+
+def schedules(report: dict) -> None:
+    """Several schedules of one model side by side (``inspect --r A --r B``): what each keeps and costs."""
+    table = _table(f"{report['model']}  {report['method']}: one row per schedule", ())
+    for col in ("schedule", "tokens out", "GFLOPs", "of dense", "FLOPs ratio", "capped"):
+        table.add_column(col, justify="right")
+    for s in report["schedules"]:
+        table.add_row(
+            _settings(s["r"], s["method_options"]) or "-",
+            str(s["tokens_out"]),
+            f"{s['gflops']:.3f}",
+            f"{s['gflops'] / s['dense_gflops']:.2f}",
+            f"{s['flop_reduction']:.2f}x",
+            "yes" if s["capped"] else "",
+        )
+    out_console.print(table)
+    first = report["schedules"][0]
+    out_console.print(f"unmerged: {first['dense_gflops']:.3f} GFLOPs; `deploytk inspect --r R` (one r) shows a schedule block by block")
 
 
 def configs(report: dict, json_out: bool) -> None:

@@ -233,7 +233,7 @@ def test_an_export_s_folder_keeps_its_schedule_and_a_plain_folder_is_refused(tin
         deploytk.visualize(plain, noise_png, output=out / "m.png")
     assert f"`model` is the folder {plain}, which holds no manifest.json: it is not a deploytk export" in str(refused.value)
     assert "unknown timm model" not in str(refused.value)
-    cli = "is an export, whose weights were fixed when it was exported: --checkpoint cannot change them"
+    cli = "is an export, whose model, weights and schedule were fixed when it was exported: --checkpoint cannot change them"
     fails(
         tiny_tome_export,
         "--image",
