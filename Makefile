@@ -37,9 +37,17 @@ demo: install
 
 # The documentation site (docs/, mkdocs.yml) built into site/ with --strict: a broken link or a page missing from the
 # nav fails. NO_MKDOCS_2_WARNING: mkdocs-material's banner about MkDocs 2, which deploytk does not use (pinned < 2).
-docs: install
-	$(BIN)/pip install -q -e ".[docs]"
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+# The docs need only the [docs] extra: mkdocstrings reads the API's docstrings from the source (griffe), imports none of
+# it, so the venv has no torch and installs in seconds.
+DOCS_VENV := .venv-docs
+docs: $(DOCS_VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict
+
+$(DOCS_VENV)/.installed: pyproject.toml
+	rm -rf $(DOCS_VENV)
+	$(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/pip install --quiet --disable-pip-version-check $$($(PYTHON) scripts/extra_requirements.py docs)
+	touch $@
 
 # A real headless browser for the site: Debian's chromium (apt-get, as root; playwright's own browser download needs the
 # internet) and playwright to drive it. The slow tier needs it (tests/test_docs.py's browser test).
@@ -115,4 +123,4 @@ device-kit: install
 	$(BIN)/python scripts/device_kit.py --output device-kit
 
 clean:
-	rm -rf artifacts .pytest_cache $(SERVE_VENV)
+	rm -rf artifacts .pytest_cache $(SERVE_VENV) $(DOCS_VENV)

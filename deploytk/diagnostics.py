@@ -68,7 +68,7 @@ EXTRAS = {
     "gpu": (("onnxruntime-gpu", "triton"), "the ort-cuda backend, the Triton kernels (torch backend on a GPU, selftest, plugins compile)"),
     "tensorrt": (("tensorrt", "polygraphy"), "deploytk build, the trt backend"),
     "serve": (("tritonclient",), "a client for the Triton server repositories `deploytk package` writes"),
-    "docs": (("mkdocs", "mkdocs-material", "mkdocstrings-python"), "make docs: the documentation site (mkdocs-material)"),
+    "docs": (("mkdocs", "mkdocs-material", "mkdocstrings-python", "ruff"), "make docs: the documentation site (mkdocs-material)"),
     "test": (
         (
             "pytest",

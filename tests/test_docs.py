@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -235,3 +236,18 @@ def test_site_renders_in_headless_chromium_and_search_finds_tomematch(tmp_path):
     for line in ("home page: ok", "guide page: ok", "API reference: ok", "search 'ToMeMatch': "):
         assert line in result.stdout, result.stdout
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_docs_build_needs_only_the_docs_extra_with_a_signature_formatter():
+    """Issue 55, item 6: `make docs` makes its own venv from the [docs] extra (no `make install`, no torch: mkdocstrings
+    reads the source), and the extra holds a formatter mkdocstrings wraps long signatures with."""
+    import tomllib
+
+    docs = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["docs"]
+    names = {re.split(r"[<>=!~\[ ]", requirement, maxsplit=1)[0] for requirement in docs}
+    assert {"mkdocs", "mkdocstrings-python"} <= names and names & {"ruff", "black"} and not names & {"torch", "timm", "deploytk"}
+    makefile = (ROOT / "Makefile").read_text()
+    target = re.search(r"^docs: (.*)$", makefile, re.M).group(1)
+    assert "install" not in target.split() and "DOCS_VENV" in target
+    listed = subprocess.run([sys.executable, str(ROOT / "scripts" / "extra_requirements.py"), "docs"], capture_output=True, text=True)
+    assert listed.returncode == 0 and listed.stdout.split() == docs
