@@ -487,7 +487,7 @@ def evaluate(
 
     Args:
         model: what to evaluate: a ``torch.nn.Module``, a timm name, an ``hf:`` name or folder, a YAML config path, a
-            ready-made config's name or a ``DeployConfig``.
+            ready-made config's name, a ``DeployConfig``, or an export's folder (its graph against its reference).
         data: an ImageFolder tree ``DIR/<class>/<image>`` (clips or sounds for video or audio models); the classes are
             the sorted folder names.
         artifacts: an existing export of ``model`` to run (checked to be one). None: a temporary export, removed after.
@@ -507,6 +507,16 @@ def evaluate(
 
     if batch_size < 1:
         raise DeploytkError(f"`batch_size={batch_size}`: must be an int >= 1.")
+    directory = _export_folder(model)
+    if directory is not None:  # an export: its own graph against its own reference
+        given = next((k for k, v in {"method": method, "r": r, "artifacts": artifacts, **options}.items() if v is not None), None)
+        if given is not None:
+            raise DeploytkError(
+                f"`model` is the export {directory}, which fixed its method, schedule and graph when it was exported: "
+                f"`{given}=` cannot change them.",
+                hint=f"Leave `{given}=` out to evaluate that export, or pass the config it was made from as `model`.",
+            )
+        return load(directory).evaluate(data, backend=backend, batch_size=batch_size, num_samples=num_samples, progress=progress)
     scan_image_folder(Path(data), num_samples)  # bad data / num_samples fail before any model is built
     cfg, _ = resolve(model, "deploytk.evaluate()", method=method, r=r, **options)
     report = evaluate_accuracy(

@@ -649,7 +649,9 @@ def package(
 @app.command("eval")
 @handle_errors
 def eval_accuracy(
-    config: Path = typer.Argument(..., help="Export config YAML (model, weights, merge schedule)."),
+    config: Path = typer.Argument(
+        ..., help="Export config (a YAML file or a ready-made name), or an export's folder (its graph against its reference)."
+    ),
     data: Path = typer.Option(..., "--data", help="ImageFolder tree DIR/<class>/<image>; classes = sorted folder names."),
     artifacts: Path | None = typer.Option(
         None, "--artifacts", help="Existing `deploytk export` directory of CONFIG (default: export to a temp dir)."
@@ -671,9 +673,13 @@ def eval_accuracy(
     from deploytk.api import evaluate
     from deploytk.config import load_config_with_overrides
 
-    cfg = load_config_with_overrides(
-        config, **config_overrides(checkpoint, model, method, r, precision, output_kind, img_size, feature_layer)
-    )
+    overrides = config_overrides(checkpoint, model, method, r, precision, output_kind, img_size, feature_layer)
+    given = next((name for name, value in overrides.items() if value is not None), None)
+    if config.is_dir() and given is not None:
+        raise DeploytkError(
+            f"{config} is an export, whose model, weights and schedule were fixed when it was exported: `{given}=` cannot change them."
+        )
+    cfg = config if config.is_dir() else load_config_with_overrides(config, **overrides)
     with RichProgress() as progress:
         report = evaluate(
             cfg,

@@ -114,3 +114,17 @@ def test_artifacts_that_are_not_an_export(tmp_path, digits_tree, monkeypatch):
 def test_missing_config(tmp_path, digits_tree):
     root, _ = digits_tree
     eval_fails(tmp_path, tmp_path / "none.yaml", "--data", root / "val", match="does not exist")
+
+
+def test_an_export_folder_is_evaluated_as_its_config_with_artifacts(digits_tree, exported, tmp_path):
+    """Issue 55, item 3: the artifact is positional on eval too; it evaluates its own graph against its reference,
+    exactly as CONFIG --artifacts DIR does, and refuses what would change it."""
+    root, _ = digits_tree
+    art = exported("digits_vit_tome_r4")
+    by_folder = invoke(art, "--data", root / "val", "--num-samples", 8, "--batch-size", 8, "--json")
+    by_config = invoke(TOME_R4, "--data", root / "val", "--artifacts", art, "--num-samples", 8, "--batch-size", 8, "--json")
+    assert by_folder.exit_code == by_config.exit_code == 0, by_folder.output
+    first, second = json.loads(by_folder.stdout), json.loads(by_config.stdout)
+    for key in ("num_images", "dense", "reference", "exported", "agreement", "gflops", "backend"):
+        assert first[key] == second[key], key
+    eval_fails(tmp_path, art, "--data", root / "val", "--r", "2", match="is an export, whose model, weights and schedule were fixed")
