@@ -112,7 +112,7 @@ def calibrate_config(
         model = build_reference(cfg)
         progress.step("loading calibration images")
         if data is not None:
-            batches = folder_batches(data, num_samples, batch_size, model.family.eval_transform(), model.family.input_kind, "data")
+            batches = folder_batches(data, num_samples, batch_size, model.family.input_transform(), model.family.input_kind, "data")
             source = f"data: {data}"
         else:
             batches = synthetic_batches(synthetic, batch_size, model.family.input_kind)  # export.img_size: null is the model's own

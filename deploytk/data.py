@@ -2,8 +2,8 @@
 
 What one sample is (its shape, its file types, how a file is decoded) is its input kind's
 (``deploytk.inputs``); here the samples are only counted, batched and stacked. A decoded file then goes
-through the model family's own preprocessing (``ModelFamily.eval_transform``: timm's for a timm model,
-transformers' processor for a transformers one).
+through the model family's preprocessing (``ModelFamily.input_transform``: the pipeline an artifact records, which
+equals timm's eval transform for a timm model; transformers' processor where none is recorded).
 """
 
 from __future__ import annotations

@@ -177,3 +177,18 @@ def test_an_error_carries_its_parameter_and_value():
         None,
     )
     assert deploytk.DeploytkError is DeploytkError
+
+
+def test_validate_reads_a_folder_through_the_recorded_pipeline(tiny, tmp_path, monkeypatch):
+    """One implementation (issue 55, item 1): the pipeline a deployed artifact applies is the one `validate --data` (and
+    every command that reads files) checks, not a second copy of it."""
+    artifact, jpeg, *_ = tiny
+    folder = tmp_path / "pictures"
+    folder.mkdir()
+    for i, picture in enumerate(PICTURES):
+        picture.save(folder / f"{i}.png")
+    applied = []
+    original = ImagePipeline.apply
+    monkeypatch.setattr(ImagePipeline, "apply", lambda self, image: applied.append(image.size) or original(self, image))
+    report = artifact.validate(data=folder, num_samples=4, batch_size=2)
+    assert report.passed and sorted(applied) == sorted(p.size for p in PICTURES)

@@ -195,6 +195,15 @@ class ModelFamily:
         model's input for it (one sample of ``input_kind.shape``)."""
         raise NotImplementedError
 
+    def input_transform(self):
+        """What every command preprocesses a decoded file with: the recorded pipeline (``preprocess_record``, applied by
+        ``deploytk.inputs.preprocess``, the implementation a deployed artifact runs) where the family has one, else its
+        own ``eval_transform``. The two agree within 1e-6 (tests/test_preprocess.py)."""
+        from deploytk.inputs.preprocess import ImagePipeline
+
+        record = self.preprocess_record()
+        return ImagePipeline.from_record(record).apply if record.get("kind") == "image" else self.eval_transform()
+
     def preprocess_record(self) -> dict[str, Any]:
         """``eval_transform`` as data (``deploytk.inputs.preprocess``), recorded in the manifest so the artifact applies
         it without this family's library; ``{"kind": None, "reason": ...}`` where it has no data form yet."""

@@ -285,7 +285,7 @@ def load_sample(path: Path, family: ModelFamily) -> torch.Tensor:
     kind = family.input_kind
     path = require_sample_file(path, kind)
     try:
-        return torch.from_numpy(load_samples([path], family.eval_transform(), kind))
+        return torch.from_numpy(load_samples([path], family.input_transform(), kind))
     except DeploytkError as err:
         raise DeploytkError(f"{err.message} `image=` takes {kind.file_help} for this model.", hint=err.hint) from None
 

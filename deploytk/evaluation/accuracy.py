@@ -146,7 +146,7 @@ def evaluate(
         manifest = artifact.manifest
     progress.step("building the merged reference")
     reference = build_reference(cfg)
-    transform = family.eval_transform()
+    transform = family.input_transform()
     k = min(TOPK, num_classes)
     files = [f for f, _ in folder.samples]
     labels = np.array([c for _, c in folder.samples], dtype=np.int64)
@@ -238,7 +238,7 @@ def exported_accuracy(
     artifact = Artifact.open(directory, verify=False)
     family = create_model(artifact.config.model_copy(update={"checkpoint": None, "pretrained": False}))  # only for its preprocessing
     _check_classes(folder, family.num_classes, artifact.config)
-    transform = family.eval_transform()
+    transform = family.input_transform()
     files = [f for f, _ in folder.samples]
     labels = np.array([c for _, c in folder.samples], dtype=np.int64)
     k = min(TOPK, family.num_classes)

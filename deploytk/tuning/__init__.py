@@ -106,7 +106,7 @@ def tune(
             progress.step("loading the calibration images")
             family = create_model(cfg.model_copy(update={"checkpoint": None, "pretrained": False}))  # its input size, its transform
             if data is not None:
-                calibration = (folder_batches(data, 64, 16, family.eval_transform(), family.input_kind, "data"), f"images: {data}")
+                calibration = (folder_batches(data, 64, 16, family.input_transform(), family.input_kind, "data"), f"images: {data}")
             else:
                 calibration = (synthetic_batches(64, 16, family.input_kind), "synthetic: 64 seeded standard-normal images")
         candidates = candidates_for(cfg, inflections, calibration, progress)
