@@ -192,3 +192,20 @@ def test_validate_reads_a_folder_through_the_recorded_pipeline(tiny, tmp_path, m
     monkeypatch.setattr(ImagePipeline, "apply", lambda self, image: applied.append(image.size) or original(self, image))
     report = artifact.validate(data=folder, num_samples=4, batch_size=2)
     assert report.passed and sorted(applied) == sorted(p.size for p in PICTURES)
+
+
+def test_a_runner_checks_the_batch_against_the_loaded_model_first(tiny):
+    """Item 2: a TensorRT engine's profile bounds the batch; the runner asks the loaded model before running, so a batch
+    outside it is refused with the rebuild to do, not a TensorRT error (TensorRT itself does not run here)."""
+    from deploytk.backends.trt import TrtModel
+
+    engine = TrtModel(b"", tiny[0].input_kind, {"build": {"batch": [1, 8, 32]}})
+    engine.check_batch(32, "the runner on trt")
+    with pytest.raises(DeploytkError, match=r"batch size\(s\) 64 outside the engine's optimization profile 1..32") as err:
+        engine.check_batch(64, "the runner on trt")
+    assert "`batch_sizes=1,8,64`" in err.value.hint
+    run = tiny[0].runner("ort")
+    asked = []
+    run._loaded.check_batch = lambda size, what: asked.append((size, what))
+    run(np.zeros((3, 3, 32, 32), np.float32))
+    assert asked == [(3, "the runner on ort")]

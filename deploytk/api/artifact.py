@@ -72,6 +72,7 @@ class Runner:
             inputs: float32 model input (numpy or torch), or images where the artifact records its preprocessing.
         """
         batch, torch_out = model_input(self._artifact, inputs, "`inputs`")
+        self._loaded.check_batch(batch.shape[0], f"the runner on {self.backend}")
         if not self._active:
             self._loaded.activate()
         try:

@@ -49,6 +49,10 @@ class LoadedModel(ABC):
         empty when every discrete choice is computed in fp32, as `deploytk quantize` keeps them."""
         return []
 
+    def check_batch(self, size: int, what: str) -> None:  # noqa: B027 (most runtimes take any batch the graph allows)
+        """Refuse a batch of ``size`` (``what`` names it) the loaded model cannot run, before the runtime does (a TensorRT
+        engine's optimization profile)."""
+
     def activate(self) -> None:  # noqa: B027 (most runtimes need nothing)
         """Acquire what running needs (a TensorRT context); ``run`` happens between activate and deactivate."""
 

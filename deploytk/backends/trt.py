@@ -67,9 +67,11 @@ def read_engine(directory: Path, what: str, baseline: bool = False) -> bytes:
 class TrtModel(LoadedModel):
     """One engine: outputs through Polygraphy's TrtRunner, latency through ``EngineTimer``."""
 
-    def __init__(self, engine: bytes, kind: InputKind):
+    def __init__(self, engine: bytes, kind: InputKind, manifest: dict | None = None):
         self.engine = engine
         self.kind = kind
+        #: engine.json: its optimization profile bounds the batch (None: not checked here)
+        self.manifest = manifest
         self._runner = None
         self._timer = None
 
@@ -83,6 +85,10 @@ class TrtModel(LoadedModel):
         if self._runner is not None:
             self._runner.deactivate()
             self._runner = None
+
+    def check_batch(self, size: int, what: str) -> None:
+        if self.manifest is not None:
+            check_batch_sizes(self.manifest, [size], what)
 
     def run(self, batch):
         return dict(self._runner.infer({self.kind.onnx_name: batch}))
@@ -108,8 +114,9 @@ class TrtBackend(Backend):
 
     def load(self, artifact, batch_sizes, graph=None, progress: Progress = SILENT) -> TrtModel:
         what = "validate `backend=trt`"
-        check_batch_sizes(checked_engine_manifest(artifact, what), batch_sizes, what)  # refuse a stale engine before any work
-        return TrtModel(read_engine(artifact.directory, what), artifact.input_kind)
+        manifest = checked_engine_manifest(artifact, what)
+        check_batch_sizes(manifest, batch_sizes, what)  # refuse a stale engine before any work
+        return TrtModel(read_engine(artifact.directory, what), artifact.input_kind, manifest)
 
     def load_for_timing(self, artifact, batch_sizes, progress: Progress = SILENT) -> tuple[TrtModel, TrtModel]:
         what = "profile `backend=trt`"
