@@ -33,6 +33,7 @@ TERMS: dict[str, str] = {
     "image": "visualize: the one input file drawn",
     "images": "(Python) Artifact.preprocess: the images to preprocess",
     "inputs": "(Python) a runner's input: images, or the model's own float input",
+    "preprocess": "(Python) export: the input pipeline to record (a record as Artifact.preprocessing shows one)",
     "synthetic": "this many seeded synthetic inputs instead of data",
     "num_samples": "how many inputs are used",
     # sizes and runs

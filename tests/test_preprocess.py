@@ -209,3 +209,26 @@ def test_a_runner_checks_the_batch_against_the_loaded_model_first(tiny):
     run._loaded.check_batch = lambda size, what: asked.append((size, what))
     run(np.zeros((3, 3, 32, 32), np.float32))
     assert asked == [(3, "the runner on ort")]
+
+
+def test_the_caller_can_record_a_pipeline_deploytk_does_not(tmp_path):
+    """A saved transformers image processor is not recorded (its resize is not Pillow's): `preprocess=` records the
+    caller's pipeline instead, checked before any work, and the artifact applies it."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.ViTConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=32, patch_size=8, num_labels=3
+    )
+    transformers.ViTForImageClassification(config).save_pretrained(tmp_path / "vit")
+    transformers.ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(tmp_path / "vit")
+    record = {"kind": "image", "resize": {"mode": "exact", "size": [32, 32], "interpolation": "bilinear"}, "rescale": 1 / 255}
+    record |= {"mean": [0.5] * 3, "std": [0.5] * 3}
+    with pytest.raises(DeploytkError, match="interpolation 'area'"):
+        deploytk.export(
+            f"hf:{tmp_path / 'vit'}", tmp_path / "bad", r=1, preprocess={**record, "resize": {**record["resize"], "interpolation": "area"}}
+        )
+    assert not (tmp_path / "bad").exists()
+    artifact = deploytk.export(f"hf:{tmp_path / 'vit'}", tmp_path / "artifact", method="tome", r=1, preprocess=record)
+    assert artifact.preprocessing["from"] == "the caller (preprocess=)" and artifact.preprocessing["resize"]["size"] == [32, 32]
+    expected = ImagePipeline.from_record(record).apply(PICTURES[0])[None]
+    np.testing.assert_allclose(artifact.preprocess(PICTURES[0]), expected, rtol=0, atol=0)
+    np.testing.assert_allclose(artifact(PICTURES[0]), artifact(expected), rtol=0, atol=1e-6)

@@ -76,6 +76,7 @@ def export(
     checkpoint: str | Path | None = None,
     fmt: str = "onnx",
     force: bool = False,
+    preprocess: dict[str, Any] | None = None,
     progress: Progress | None = None,
     **method_options: Any,
 ) -> Artifact:
@@ -110,6 +111,9 @@ def export(
             ``"onnx-ort"``: also model.ort.onnx, fused for ONNX Runtime's CPU (fp32 or fp16 only).
         force: ``output`` is an earlier export that also holds other files: replace the export's own files and keep the
             others. False: such a folder is refused.
+        preprocess: the input pipeline to record in the manifest (a record as ``Artifact.preprocessing`` shows one:
+            resize, crop, rescale, mean, std), for a model whose own preprocessing deploytk does not record (a saved
+            transformers image processor). None: the family's own, where it has one.
         progress: receives the steps as they run (the CLI's draws them). None: silent.
         **method_options: method options as keywords (``keep_rate=0.7``), checked by the method's schema.
 
@@ -142,7 +146,7 @@ def export(
     )
     target = Path(output) if output is not None else _default_output(model, cfg)
     try:
-        run_export(cfg, target, progress or SILENT, fmt, force=force, source=held)
+        run_export(cfg, target, progress or SILENT, fmt, force=force, source=held, preprocess=preprocess)
     finally:
         if held is not None:
             held.close()

@@ -92,8 +92,28 @@ def not_rebuildable_note(source: HeldObject) -> str | None:
     )
 
 
+def given_pipeline(preprocess: dict | None) -> dict | None:
+    """The caller's ``preprocess=`` record, checked by the one implementation that applies it, as the manifest keeps it."""
+    if preprocess is None:
+        return None
+    from deploytk.inputs.preprocess import ImagePipeline
+
+    if not isinstance(preprocess, dict):
+        raise DeploytkError(
+            f"`preprocess=` is a {type(preprocess).__name__}; it takes a record (a dict), as `Artifact.preprocessing` shows one."
+        )
+    record = ImagePipeline.from_record(preprocess).record()
+    return record | {"from": str(preprocess.get("from") or "the caller (preprocess=)")}
+
+
 def run_export(
-    cfg: DeployConfig, output: Path, progress: Progress = SILENT, fmt: str = "onnx", force: bool = False, source: HeldObject | None = None
+    cfg: DeployConfig,
+    output: Path,
+    progress: Progress = SILENT,
+    fmt: str = "onnx",
+    force: bool = False,
+    source: HeldObject | None = None,
+    preprocess: dict | None = None,
 ) -> dict:
     """Export and return the manifest; nothing is left at ``output`` if anything fails.
 
@@ -105,7 +125,9 @@ def run_export(
     which the ``ort`` backend then runs.
     ``source``: the model object ``cfg.model`` holds (``memory:``), whose stored files go to ``source/``.
     The manifest's ``notes`` say what the caller should know about the artifact (``NOTE_CAPPED``, ``NOTE_NOT_REBUILDABLE``).
+    ``preprocess``: the input pipeline to record (``deploytk.inputs.preprocess``'s record) instead of the family's own.
     """
+    given = given_pipeline(preprocess)  # refused before any work
     if fmt not in FORMATS:
         raise DeploytkError(f"`fmt={fmt!r}` is not one of {', '.join(FORMATS)}.")
     if fmt == "onnx-ort" and cfg.export.precision not in FUSABLE_PRECISIONS:
@@ -117,6 +139,11 @@ def run_export(
     with claim_directory(output, EXPORT, force=force) as target:
         progress.step("building the PyTorch reference")
         model = build_reference(cfg)
+        if given is not None and model.family.input_kind.kind != "image":
+            raise DeploytkError(
+                f"`preprocess=` records an image pipeline, and this model's input is a {model.family.input_kind.noun}.",
+                hint="Leave `preprocess=` out for a video or audio model.",
+            )
         progress.step("counting FLOPs")
         flops = flops_summary(model)
         if cfg.export.precision != "fp32":
@@ -167,7 +194,7 @@ def run_export(
                 "method": method_summary(cfg),
                 **flops,
                 "inputs": [family.input_kind.record()],
-                "preprocess": family.preprocess_record(),
+                "preprocess": given or family.preprocess_record(),
                 "outputs": output_records(proto, model.output_kind),
                 "output": output_summary(model),
                 "custom_ops": counts,
