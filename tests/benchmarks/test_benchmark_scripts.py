@@ -187,7 +187,8 @@ def test_a_rows_benchmark_refuses_an_unknown_row_before_writing(tmp_path, script
 def test_cli_startup_smoke(tmp_path):
     report, stdout = run_script("cli_startup.py", tmp_path / "x.json", False)
     assert report["smoke"] and report["command"].startswith("python") and "deploytk --help" in stdout
-    assert [row["command"] for row in report["rows"]] == ["deploytk --help", "deploytk --version", "deploytk methods", "import deploytk"]
+    commands = ["deploytk --help", "deploytk --version", "deploytk methods", "import deploytk", "deploytk.load(export)"]
+    assert [row["command"] for row in report["rows"]] == [*commands, "deploytk inspect (cached)"]
     assert all(row["runs"] == 2 and 0 < row["min_s"] <= row["median_s"] <= row["max_s"] for row in report["rows"])
 
 
