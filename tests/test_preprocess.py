@@ -232,3 +232,57 @@ def test_the_caller_can_record_a_pipeline_deploytk_does_not(tmp_path):
     expected = ImagePipeline.from_record(record).apply(PICTURES[0])[None]
     np.testing.assert_allclose(artifact.preprocess(PICTURES[0]), expected, rtol=0, atol=0)
     np.testing.assert_allclose(artifact(PICTURES[0]), artifact(expected), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("record", "match"),
+    [
+        ({"kind": "image", "resize": {"mode": "exact"}, "rescale": 1.0}, "malformed .*KeyError"),
+        ({"kind": "image", "crop": [32], "rescale": 1.0}, "malformed .*IndexError"),
+        ({"kind": "image", "crop": [32, 32]}, "has no `rescale`"),
+        ({"kind": "image", "crop": [32, 32], "rescale": 1.0, "mean": [0.5] * 3}, "must both be three numbers"),
+        ({"kind": "image", "resize": {"mode": "shorter", "size": 32}, "rescale": 1.0}, r"makes \[3, 32, 48\] from a 96x64 picture"),
+    ],
+)
+def test_a_callers_pipeline_is_checked_before_any_work(tiny, tmp_path, record, match):
+    """Found in review: a record missing a field raised a KeyError, one without rescale normalised 0..255 pixels, and a
+    pipeline that does not make the model's input exported fine and failed in every runner call."""
+    model = timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=4, depth=2, num_classes=10).eval()
+    with pytest.raises(DeploytkError, match=match):
+        deploytk.export(model, tmp_path / "out", method="tome", r=2, preprocess=record)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_pil_image_is_read_as_its_file_is_and_a_crop_larger_than_the_picture_pads(tmp_path):
+    """Found in review: a 16-bit PIL image was clipped to white (its file was scaled); torchvision pads a crop larger
+    than the resized picture, and timm's crop_pct > 1 crops so."""
+    sixteen = Image.fromarray((np.arange(64 * 64, dtype=np.uint16).reshape(64, 64) * 16).astype(np.uint16))
+    sixteen.save(tmp_path / "deep.png")
+    from deploytk.inputs.preprocess import as_images
+
+    (from_pil,), (from_file,) = as_images(sixteen), as_images(tmp_path / "deep.png")
+    assert np.array_equal(np.asarray(from_pil), np.asarray(from_file)) and np.asarray(from_pil).mean() < 200
+    family = adapt(timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=4, depth=1, pretrained_cfg_overlay={"crop_pct": 1.15}))
+    pipeline = ImagePipeline.from_record(family.preprocess_record())
+    assert pipeline.crop == (32, 32) and pipeline.size == 27
+    for picture in PICTURES:
+        np.testing.assert_allclose(pipeline.apply(picture), family.eval_transform()(picture).numpy(), rtol=0, atol=1e-6)
+
+
+def test_a_list_of_model_ready_arrays_runs_as_a_batch(tiny):
+    artifact, _, _, x, expected = tiny
+    out = artifact([x.numpy()[0], x.numpy()[0]])
+    np.testing.assert_allclose(out, np.concatenate([expected] * 2), rtol=0, atol=1e-5)
+
+
+def test_nested_with_blocks_acquire_the_context_once(tiny):
+    """Found in review: a second `with` acquired again (a TensorRT context leaked) and the inner exit released it early."""
+    artifact, _, _, x, _ = tiny
+    run, calls = artifact.runner("ort"), []
+    run._loaded.activate, run._loaded.deactivate = (lambda: calls.append("acquire")), (lambda: calls.append("release"))
+    with run:
+        with run:
+            run(x)
+        run(x)
+        assert calls == ["acquire"]
+    assert calls == ["acquire", "release"]

@@ -133,3 +133,14 @@ def test_the_overrides_reach_the_config():
     assert printed["input"]["shape"] == ["batch", 3, 48, 32] and printed["r"] == 2 and printed["output"]["kind"] == "embedding"
     bad = runner.invoke(app, ["inspect", "digits_vit_tome_r4", "--img-size", "48,32,3"])
     assert bad.exit_code == 2 and "--img-size '48,32,3' has 3 sides" in bad.output
+
+
+def test_an_option_value_and_what_follows_double_dash_are_never_rewritten(capsys):
+    """Found in review: `package DIR --name --runtime` renamed the model name, and `--` did not stop the rewriting."""
+    takes = {"--name", "--triton", "--backend", "--data"}
+    assert renamed_args(["package", "x", "--name", "--runtime"], takes) == ["package", "x", "--name", "--runtime"]
+    assert renamed_args(["eval", "c.yaml", "--", "--limit"], takes) == ["eval", "c.yaml", "--", "--limit"]
+    assert renamed_args(["package", "x", "--runtime", "tensorrt"], takes) == ["package", "x", "--backend", "trt"]
+    capsys.readouterr()
+    assert renamed_args(["validate", "x", "--images", "d"], {"--data"}, quiet=True) == ["validate", "x", "--data", "d"]
+    assert capsys.readouterr().err == ""

@@ -45,7 +45,7 @@ def key(config: str | Path, overrides: dict[str, Any]) -> str | None:
     """The cache key of inspecting the config file (or ready-made name) ``config`` with ``overrides``, or None where the
     answer cannot be keyed without building the model (no such file; a model folder without a config.json)."""
     path = Path(config)
-    if not path.is_file():
+    if not path.exists():  # a name, as load_config reads one: a folder of that name is not one
         path = find_ready_made(config) or path
     if not path.is_file():
         return None
@@ -61,12 +61,25 @@ def key(config: str | Path, overrides: dict[str, Any]) -> str | None:
         folder = folder if folder.is_absolute() or overrides.get("model") else path.parent / folder
         if not (folder / "config.json").is_file():
             return None  # a Hub id or a missing folder: not keyed
-        architecture = (folder / "config.json").read_bytes()
-    shown = {k: v for k, v in sorted(overrides.items()) if v is not None and k != "checkpoint"}
+        # the folder too: the answer names it, and two folders of one architecture are two answers
+        architecture = str(folder.resolve()).encode() + b"\0" + (folder / "config.json").read_bytes()
+    shown = {k: canonical(v) for k, v in sorted(overrides.items()) if v is not None and k != "checkpoint"}
     digest = hashlib.sha256()
     for part in (text, architecture, json.dumps(shown, sort_keys=True, default=str).encode(), _code_signature().encode()):
         digest.update(hashlib.sha256(part).digest())
     return digest.hexdigest()
+
+
+def canonical(value: Any) -> Any:
+    """``value`` as JSON that keeps what the API tells apart: a tuple (``r=(8, -1)``, r and inflection) is not a list
+    (``r=[8, -1]``, one r per block), which plain JSON would write alike."""
+    if isinstance(value, tuple):
+        return {"tuple": [canonical(v) for v in value]}
+    if isinstance(value, list):
+        return [canonical(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): canonical(v) for k, v in value.items()}
+    return value
 
 
 def read(cache_key: str | None) -> dict[str, Any] | None:

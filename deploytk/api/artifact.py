@@ -52,7 +52,7 @@ class Runner:
     array or a list of these, preprocessed as the model's own eval transform does. A torch tensor in gives torch
     tensors out, numpy gives numpy. ``with artifact.runner("ort") as run:`` keeps the runtime's context acquired
     between calls (a TensorRT execution context) and releases it at the end; outside a ``with`` each call acquires and
-    releases it."""
+    releases it. One runner serves one thread at a time."""
 
     def __init__(self, artifact: artifacts.Artifact, backend: str):
         from deploytk.backends import get_backend
@@ -63,7 +63,7 @@ class Runner:
         self.input_kind = artifact.input_kind
         self._artifact = artifact
         self._loaded: LoadedModel = get_backend(backend, validating=True).load(artifact, [1])
-        self._active = False
+        self._active = 0  # nested `with` blocks: the context is acquired by the first and released by the last
 
     def run(self, inputs: Any) -> dict[str, Any]:
         """Every output by name, for ``inputs`` as ``Runner`` takes them.
@@ -90,13 +90,15 @@ class Runner:
         return self.run(inputs)[self.output_name]
 
     def __enter__(self) -> Runner:
-        self._loaded.activate()
-        self._active = True
+        if not self._active:
+            self._loaded.activate()
+        self._active += 1
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._active = False
-        self._loaded.deactivate()
+        self._active -= 1
+        if not self._active:
+            self._loaded.deactivate()
 
     def __repr__(self) -> str:
         return f"Runner(backend={self.backend!r}, input={self.input_kind.describe()!r}, output={self.output_name!r})"

@@ -18,6 +18,7 @@ import os
 import signal
 from pathlib import Path
 
+import click
 import typer
 
 from deploytk import defaults, ready_made, vocabulary
@@ -35,26 +36,36 @@ class RenamingGroup(typer.core.TyperGroup):
     a one-line note each, before the command parses them: ``--help`` shows only the vocabulary's names."""
 
     def parse_args(self, ctx, args):
-        return super().parse_args(ctx, renamed_args(list(args)))
+        name = next((a for a in args if not a.startswith("-")), "")
+        command = self.commands.get(name)
+        takes_values = {o for p in command.params if isinstance(p, click.Option) and not p.is_flag for o in p.opts} if command else set()
+        return super().parse_args(ctx, renamed_args(list(args), takes_values, quiet=ctx.resilient_parsing))
 
 
-def renamed_args(args: list[str]) -> list[str]:
+def renamed_args(args: list[str], takes_values: set[str] = frozenset(), quiet: bool = False) -> list[str]:
     """``args`` with the old flags (and old values) of the command they name rewritten to the vocabulary's. The group's
-    own options take no value, so the first argument that is not an option is the command."""
+    own options take no value, so the first argument that is not an option is the command. An option's value (after one
+    of ``takes_values``) and everything after ``--`` stay as given; ``quiet``: no notes (shell completion)."""
     command = next((a for a in args if not a.startswith("-")), "")
     renamed = {vocabulary.flag(old): new for old, new in vocabulary.RENAMED.get(command, {}).items()}
     values = {vocabulary.flag(new): mapping for (cmd, new), mapping in vocabulary.RENAMED_VALUES.items() if cmd == command}
+    note = (lambda _: None) if quiet else render.note
     out: list[str] = []
-    for arg in args:
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return out + args[i:]
         name, eq, value = arg.partition("=")
+        if out and out[-1] in takes_values and out[-1] not in values:  # the value of the option before: as given
+            out.append(arg)
+            continue
         if name in renamed:
-            render.note(vocabulary.note(command, name[2:].replace("-", "_"), renamed[name]))
+            note(vocabulary.note(command, name[2:].replace("-", "_"), renamed[name]))
             name = vocabulary.flag(renamed[name])
         if name in values and eq and value in values[name]:  # --flag=old-value
-            render.note(f"{name} {value} is now {name} {values[name][value]} (the old value goes in the next release)")
+            note(f"{name} {value} is now {name} {values[name][value]} (the old value goes in the next release)")
             value = values[name][value]
         if out and out[-1] in values and arg in values[out[-1]]:  # --flag old-value
-            render.note(f"{out[-1]} {arg} is now {out[-1]} {values[out[-1]][arg]} (the old value goes in the next release)")
+            note(f"{out[-1]} {arg} is now {out[-1]} {values[out[-1]][arg]} (the old value goes in the next release)")
             name = values[out[-1]][arg]
         out.append(name + eq + value)
     return out

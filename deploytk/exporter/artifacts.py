@@ -257,6 +257,16 @@ class Artifact:
         """The size the model's patch grid is cut from (an image's, a video frame's)."""
         return tuple(self.manifest["model"]["img_size"])
 
+    def input_transform(self, family):
+        """What a file of this artifact's input becomes its input with: the recorded pipeline, the one its runners
+        apply (``export(preprocess=...)``'s included), else the family's (``ModelFamily.input_transform``)."""
+        record = self.manifest.get("preprocess")
+        if record and record.get("kind") == "image":
+            from deploytk.inputs.preprocess import ImagePipeline
+
+            return ImagePipeline.from_record(record).apply
+        return family.input_transform()
+
     @cached_property
     def input_kind(self) -> InputKind:
         """What one sample of the graph's input is (``deploytk.inputs``), as the manifest's ``inputs[0]`` records it."""

@@ -106,6 +106,29 @@ def given_pipeline(preprocess: dict | None) -> dict | None:
     return record | {"from": str(preprocess.get("from") or "the caller (preprocess=)")}
 
 
+def require_fitting(record: dict, kind) -> None:
+    """A caller's pipeline must make what the model takes, whatever the picture's shape (a landscape and a portrait one
+    are tried): an image model's [3, H, W]."""
+    if kind.kind != "image":
+        raise DeploytkError(
+            f"`preprocess=` records an image pipeline, and this model's input is a {kind.noun}.",
+            hint="Leave `preprocess=` out for a video or audio model.",
+        )
+    from PIL import Image
+
+    from deploytk.inputs.preprocess import ImagePipeline
+
+    pipeline = ImagePipeline.from_record(record)
+    _, height, width = kind.shape
+    for size in ((3 * width, 2 * height), (2 * width, 3 * height)):
+        made = tuple(pipeline.apply(Image.new("RGB", size)).shape)
+        if made != tuple(kind.shape):
+            raise DeploytkError(
+                f"`preprocess=` makes {list(made)} from a {size[0]}x{size[1]} picture, and the model takes {list(kind.shape)}.",
+                hint="Resize and crop to the model's size (e.g. a `shorter` resize followed by a centre crop of [H, W]).",
+            )
+
+
 def run_export(
     cfg: DeployConfig,
     output: Path,
@@ -139,11 +162,8 @@ def run_export(
     with claim_directory(output, EXPORT, force=force) as target:
         progress.step("building the PyTorch reference")
         model = build_reference(cfg)
-        if given is not None and model.family.input_kind.kind != "image":
-            raise DeploytkError(
-                f"`preprocess=` records an image pipeline, and this model's input is a {model.family.input_kind.noun}.",
-                hint="Leave `preprocess=` out for a video or audio model.",
-            )
+        if given is not None:
+            require_fitting(given, model.family.input_kind)
         progress.step("counting FLOPs")
         flops = flops_summary(model)
         if cfg.export.precision != "fp32":

@@ -79,21 +79,31 @@ def read_rgb(path: Path) -> Image.Image:
             img.load()
     except Exception as err:
         raise DeploytkError(f"image {path} could not be read ({err}).") from None
+    return _as_rgb(img, f"image {path}")
+
+
+def rgb(img: Image.Image, what: str) -> Image.Image:
+    """A PIL image a caller holds as 8-bit RGB by ``read_rgb``'s rules (EXIF orientation applied, 16-bit samples scaled
+    by their range, not clipped); ``what`` names it in a refusal."""
+    return _as_rgb(ImageOps.exif_transpose(img), what)
+
+
+def _as_rgb(img: Image.Image, what: str) -> Image.Image:
     if img.mode in _SIXTEEN_BIT or img.mode == "I":
         values = np.asarray(img, dtype=np.int64)
         if values.size and (values.min() < 0 or values.max() > 65535):
             raise DeploytkError(
-                f"image {path} has 32-bit integer pixels from {values.min()} to {values.max()}, outside 0..65535: there is no "
+                f"{what} has 32-bit integer pixels from {values.min()} to {values.max()}, outside 0..65535: there is no "
                 "faithful 8-bit RGB for them.",
                 hint="Save it as 8- or 16-bit (PNG, TIFF) first.",
             )
         img = Image.fromarray((values >> 8).astype(np.uint8))  # 2-D uint8: mode L
     elif img.mode == "F":
         raise DeploytkError(
-            f"image {path} has 32-bit floating-point pixels, which have no defined range to map to 8-bit RGB.",
+            f"{what} has 32-bit floating-point pixels, which have no defined range to map to 8-bit RGB.",
             hint="Save it as 8- or 16-bit (PNG, TIFF) first.",
         )
     try:
         return img.convert("RGB")
     except ValueError as err:
-        raise DeploytkError(f"image {path} (Pillow mode {img.mode}) cannot be converted to RGB ({err}).") from None
+        raise DeploytkError(f"{what} (Pillow mode {img.mode}) cannot be converted to RGB ({err}).") from None

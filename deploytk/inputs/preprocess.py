@@ -27,7 +27,7 @@ import numpy as np
 from PIL import Image
 
 from deploytk.errors import DeploytkError
-from deploytk.inputs.image import read_rgb
+from deploytk.inputs.image import read_rgb, rgb
 
 #: the interpolation names a record uses -> Pillow's filters (torchvision maps its InterpolationMode to the same ones)
 INTERPOLATIONS = {
@@ -60,25 +60,43 @@ class ImagePipeline:
     def from_record(cls, record: dict[str, Any]) -> ImagePipeline:
         if record.get("kind") != "image" or record.get("channel_order", "RGB") != "RGB" or record.get("layout", "CHW") != "CHW":
             raise DeploytkError(f"the manifest's preprocess record {record!r} is not an RGB image pipeline this deploytk applies.")
+        try:
+            return cls._checked(record)
+        except (KeyError, IndexError, TypeError, ValueError) as err:
+            raise DeploytkError(
+                f"the preprocess record {record!r} is malformed ({type(err).__name__}: {err}).",
+                hint="Write it as `Artifact.preprocessing` shows one: resize {mode, size, interpolation}, crop [H, W], rescale, mean, std.",
+            ) from None
+
+    @classmethod
+    def _checked(cls, record: dict[str, Any]) -> ImagePipeline:
         resize = record.get("resize")
         interpolation = (resize or {}).get("interpolation", "bilinear")
         if interpolation not in INTERPOLATIONS:
             raise DeploytkError(f"the manifest's preprocess interpolation {interpolation!r} is not one of {', '.join(INTERPOLATIONS)}.")
-        size = None if resize is None else resize["size"] if isinstance(resize["size"], int) else tuple(resize["size"])
+        size = None if resize is None else resize["size"] if isinstance(resize["size"], int) else tuple(int(v) for v in resize["size"])
         mode = (resize or {}).get("mode", "shorter" if isinstance(size, int) else "exact")
-        if mode not in RESIZE_MODES or (mode == "shorter") != isinstance(size, int) and size is not None:
+        if size is not None and (
+            mode not in RESIZE_MODES or (mode == "shorter") != isinstance(size, int) or (not isinstance(size, int) and len(size) != 2)
+        ):
             raise DeploytkError(
-                f"the manifest's preprocess resize {resize!r} is not one this deploytk applies (modes: {', '.join(RESIZE_MODES)})."
+                f"the manifest's preprocess resize {resize!r} is not one this deploytk applies (modes: {', '.join(RESIZE_MODES)}; "
+                "shorter takes one int, exact and keep_ratio [H, W])."
             )
+        if "rescale" not in record:  # 1.0 by default would normalise 0..255 pixels with a [0, 1] mean and std
+            raise DeploytkError(f"the preprocess record {record!r} has no `rescale` (1/255 for pixels into [0, 1], 1.0 to keep 0..255).")
         crop = record.get("crop")
+        mean, std = record.get("mean"), record.get("std")
+        if (mean is None) != (std is None) or (mean is not None and (len(mean) != 3 or len(std) != 3)):
+            raise DeploytkError(f"the preprocess record's mean {mean!r} and std {std!r} must both be three numbers (R, G, B) or both null.")
         return cls(
             size=size,
             mode=mode,
             interpolation=interpolation,
             crop=None if crop is None else (int(crop[0]), int(crop[1])),
-            rescale=float(record.get("rescale", 1.0)),
-            mean=None if record.get("mean") is None else tuple(record["mean"]),
-            std=None if record.get("std") is None else tuple(record["std"]),
+            rescale=float(record["rescale"]),
+            mean=None if mean is None else tuple(float(v) for v in mean),
+            std=None if std is None else tuple(float(v) for v in std),
             source=str(record.get("from", "")),
         )
 
@@ -149,11 +167,14 @@ def _resized(size: tuple[int, int], target: int | tuple[int, int], mode: str) ->
 
 
 def _center_crop(image: Image.Image, crop: tuple[int, int]) -> Image.Image:
-    """torchvision's ``CenterCrop`` of a PIL image (its rounding of the offsets); an image smaller than the crop is
-    refused rather than padded, which no eval pipeline here produces."""
+    """torchvision's ``CenterCrop`` of a PIL image: an image smaller than the crop is first padded with black as it pads
+    (left and top get the floor of half), then the offsets rounded as it rounds them (timm's crop_pct > 1 crops so)."""
     height, width = crop
     if image.height < height or image.width < width:
-        raise DeploytkError(f"an image of {image.width}x{image.height} after resizing is smaller than the {width}x{height} crop.")
+        pad_w, pad_h = max(width - image.width, 0), max(height - image.height, 0)
+        padded = Image.new(image.mode, (image.width + pad_w, image.height + pad_h))
+        padded.paste(image, (pad_w // 2, pad_h // 2))
+        image = padded
     top = int(round((image.height - height) / 2.0))
     left = int(round((image.width - width) / 2.0))
     return image.crop((left, top, left + width, top + height))
@@ -165,9 +186,11 @@ def as_images(value: Any) -> list[Image.Image] | None:
     if isinstance(value, (str, Path)):
         return [read_rgb(Path(value))]
     if isinstance(value, Image.Image):
-        return [value.convert("RGB")]
+        return [rgb(value, "the PIL image")]  # as a file of it is read: EXIF orientation, 16-bit scaled, not clipped
     if isinstance(value, (list, tuple)) and value and all(isinstance(v, (str, Path, Image.Image, np.ndarray)) for v in value):
         images = [as_images(v) for v in value]
+        if all(i is None for i in images):
+            return None  # model-ready float arrays, stacked by the caller
         if any(i is None for i in images):
             raise DeploytkError("a list of inputs mixes images with model-ready float arrays; pass one kind.")
         return [image for group in images for image in group or []]

@@ -69,7 +69,7 @@ def calibration_batches(artifact: Artifact, data: Path | None, synthetic: int | 
     if data is not None:
         if num_samples < 1:
             raise DeploytkError(f"`num_samples={num_samples}`: must be >= 1.")
-        transform = build_reference(artifact.reference_config).family.input_transform()
+        transform = artifact.input_transform(build_reference(artifact.reference_config).family)
         batches = folder_batches(data, num_samples, BATCH, transform, artifact.input_kind, "data")
         images = sum(len(b) for b in batches)
         record = {"source": str(Path(data).resolve()), "images": images, "preprocessing": "the model family's eval transform"}

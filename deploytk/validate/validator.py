@@ -471,7 +471,8 @@ def run_validations(
     if data is not None:  # the reference's own model decides the preprocessing
         progress.step("rebuilding the PyTorch reference from the manifest")
         reference = build_reference(artifact.reference_config)
-        batches = folder_batches(data, num_samples, batch_size, reference.family.input_transform(), artifact.input_kind, "data")
+        transform = artifact.input_transform(reference.family)
+        batches = folder_batches(data, num_samples, batch_size, transform, artifact.input_kind, "data")
     else:
         batches = synthetic_batches(num_samples, batch_size, artifact.input_kind)
     return validate_each(directory, backends, batches, tol, progress, reference), tol

@@ -110,3 +110,17 @@ def test_several_schedules_equal_one_at_a_time(cache):
 def test_schedules_and_r_are_refused_together(cache, given, match):
     with pytest.raises(DeploytkError, match=match):
         deploytk.inspect(DIGITS, **given)
+
+
+def test_a_tuple_r_and_a_list_r_are_two_answers(cache):
+    """(4, 1) is r=4 with inflection 1, [4, 1] one r per block: plain JSON writes both as [4, 1] (found in review)."""
+    by_inflection = deploytk.inspect(DIGITS, r=(4, 1.0))
+    per_block = deploytk.inspect(DIGITS, r=[4, 1] + [0] * 10)
+    assert by_inflection["requested_r"] != per_block["requested_r"] and per_block["requested_r"][:2] == [4, 1]
+    assert inspect_cache.canonical({"r": (4, 1)}) != inspect_cache.canonical({"r": [4, 1]})
+
+
+def test_a_folder_named_like_a_ready_made_config_is_not_that_config(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "digits_vit_tome_r4").mkdir()
+    assert inspect_cache.key("digits_vit_tome_r4", {}) is None
