@@ -427,13 +427,7 @@ def visualize(
 
     directory = _export_folder(model)
     if directory is not None:
-        given = next((k for k, v in {"method": method, "r": r, **options}.items() if v is not None), None)
-        if given is not None:
-            raise DeploytkError(
-                f"`model` is the export {directory}, whose method and schedule were fixed when it was exported: `{given}=` "
-                "cannot change them.",
-                hint=f"Leave `{given}=` out to draw that export, or pass the config or model to change instead.",
-            )
+        _refuse_changes(directory, "draw", {"method": method, "r": r, **options})
         if artifacts is not None and Path(artifacts).resolve() != directory.resolve():
             raise DeploytkError(
                 f"`model` is the export {directory} and `artifacts={artifacts}` another folder: with an export as `model`, its "
@@ -454,6 +448,16 @@ def visualize(
         progress=progress or SILENT,
     )
     return VisualizationReport(report)
+
+
+def _refuse_changes(directory: Path, verb: str, keywords: dict[str, Any]) -> None:
+    """``model`` is an export, which fixed its method and schedule: any of ``keywords`` given is refused, naming it."""
+    given = next((k for k, v in keywords.items() if v is not None), None)
+    if given is not None:
+        raise DeploytkError(
+            f"`model` is the export {directory}, whose method and schedule were fixed when it was exported: `{given}=` cannot change them.",
+            hint=f"Leave `{given}=` out to {verb} that export, or pass the config or model to change instead.",
+        )
 
 
 def _export_folder(model: ModelLike) -> Path | None:
@@ -513,13 +517,7 @@ def evaluate(
         raise DeploytkError(f"`batch_size={batch_size}`: must be an int >= 1.")
     directory = _export_folder(model)
     if directory is not None:  # an export: its own graph against its own reference
-        given = next((k for k, v in {"method": method, "r": r, "artifacts": artifacts, **options}.items() if v is not None), None)
-        if given is not None:
-            raise DeploytkError(
-                f"`model` is the export {directory}, which fixed its method, schedule and graph when it was exported: "
-                f"`{given}=` cannot change them.",
-                hint=f"Leave `{given}=` out to evaluate that export, or pass the config it was made from as `model`.",
-            )
+        _refuse_changes(directory, "evaluate", {"method": method, "r": r, "artifacts": artifacts, **options})
         return load(directory).evaluate(data, backend=backend, batch_size=batch_size, num_samples=num_samples, progress=progress)
     scan_image_folder(Path(data), num_samples)  # bad data / num_samples fail before any model is built
     cfg, _ = resolve(model, "deploytk.evaluate()", method=method, r=r, **options)

@@ -143,6 +143,20 @@ def config_overrides(checkpoint, model, method, r, precision, output_kind, img_s
     }
 
 
+def config_or_export(config: Path, overrides: dict):
+    """CONFIG with its overrides applied, or an export's folder as it is: an override given to an export is refused."""
+    from deploytk.config import load_config_with_overrides
+
+    if not config.is_dir():
+        return load_config_with_overrides(config, **overrides)
+    given = next((name for name, value in overrides.items() if value is not None), None)
+    if given is not None:
+        raise DeploytkError(
+            f"{config} is an export, whose model, weights and schedule were fixed when it was exported: `{given}=` cannot change them."
+        )
+    return config
+
+
 def given_default_config() -> Path:
     """No CONFIG argument: the default, said on stderr so nobody mistakes it for their own config."""
     config = ready_made.default_config()
@@ -453,15 +467,9 @@ def visualize(
 ):
     """Draw the image, clip or spectrogram, each patch coloured by its token after each chosen block (dimmed: dropped, hatched: fused)."""
     from deploytk.api import visualize as run_visualize
-    from deploytk.config import load_config_with_overrides
 
     overrides = config_overrides(checkpoint, model, method, r, precision, output_kind, img_size, feature_layer)
-    given = next((name for name, value in overrides.items() if value is not None), None)
-    if config.is_dir() and given is not None:
-        raise DeploytkError(
-            f"{config} is an export, whose model, weights and schedule were fixed when it was exported: `{given}=` cannot change them."
-        )
-    model = config if config.is_dir() else load_config_with_overrides(config, **overrides)
+    model = config_or_export(config, overrides)
     with RichProgress(not json_out) as progress:
         report = run_visualize(
             model,
@@ -682,15 +690,9 @@ def eval_accuracy(
 ):
     """Top-1/top-5 on an ImageFolder of the unmerged model, the merged reference and the exported model on a runtime, with GFLOPs."""
     from deploytk.api import evaluate
-    from deploytk.config import load_config_with_overrides
 
     overrides = config_overrides(checkpoint, model, method, r, precision, output_kind, img_size, feature_layer)
-    given = next((name for name, value in overrides.items() if value is not None), None)
-    if config.is_dir() and given is not None:
-        raise DeploytkError(
-            f"{config} is an export, whose model, weights and schedule were fixed when it was exported: `{given}=` cannot change them."
-        )
-    cfg = config if config.is_dir() else load_config_with_overrides(config, **overrides)
+    cfg = config_or_export(config, overrides)
     with RichProgress() as progress:
         report = evaluate(
             cfg,
